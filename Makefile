@@ -1,0 +1,18 @@
+# Two entry points: `make run` (the main job on its embedded default) and `make test`.
+# Both create .venv on first use with the CPU torch pinned, so a fresh machine needs nothing else.
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "torch==2.13.0" -e ".[test]"
+	touch $(STAMP)
+
+.PHONY: run test
+run: $(STAMP)
+	$(VENV)/bin/verl-mas demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q

@@ -1,0 +1,171 @@
+"""Tests of the at_grpo estimator: hand-computed values, verl equivalence, grouping, errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+
+from verl_mas.advantage import compute_at_grpo_advantage, group_ids
+
+
+def outcome_rewards(scores: list[float], lengths: list[int], width: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    rewards = torch.zeros(len(scores), width)
+    mask = torch.zeros(len(scores), width)
+    for i, (score, length) in enumerate(zip(scores, lengths, strict=True)):
+        mask[i, :length] = 1
+        rewards[i, max(length - 1, 0)] = score
+    return rewards, mask
+
+
+def test_hand_computed_group_by_task_role_turn():
+    # Two tasks share role/turn labels; grouping must keep tasks apart (reference defect 1 merged them).
+    rewards, mask = outcome_rewards([1.0, 3.0, 2.0, 2.0, 5.0], [2, 3, 1, 4, 2])
+    index = np.array(["t0", "t0", "t1", "t1", "t1"], dtype=object)
+    role = ["a", "a", "a", "a", "b"]
+    turn = [0, 0, 0, 0, 0]
+    adv, ret = compute_at_grpo_advantage(rewards, mask, index, role=role, turn=turn)
+    # group (t0,a,0): scores 1,3: mean 2, unbiased std sqrt(2) -> -1/sqrt2, +1/sqrt2
+    # group (t1,a,0): scores 2,2: zero spread -> advantage 0
+    assert adv[0, 0].item() == pytest.approx(-1 / math.sqrt(2))
+    assert adv[1, 2].item() == pytest.approx(1 / math.sqrt(2))
+    assert torch.equal(adv, ret)
+    assert adv[2:4].abs().max().item() == 0.0
+    # masked tokens are zero
+    assert adv[0, 2].item() == 0 and adv[1, 3].item() == 0
+    # singleton group (t1,b,0): mean 0, std 1 -> advantage = score / (1 + eps)
+    assert adv[4, 0].item() == pytest.approx(5.0)
+    assert adv[4, 1].item() == pytest.approx(5.0)
+
+
+def test_zero_variance_group_gives_zero_advantage():
+    rewards, mask = outcome_rewards([0.5, 0.5, 0.5], [1, 1, 1])
+    adv, _ = compute_at_grpo_advantage(rewards, mask, np.array(["x"] * 3, dtype=object))
+    assert torch.count_nonzero(adv) == 0
+
+
+def test_without_std_normalisation_centres_only():
+    rewards, mask = outcome_rewards([1.0, 2.0, 6.0], [1, 1, 1])
+    index = np.array(["g"] * 3, dtype=object)
+    adv, _ = compute_at_grpo_advantage(rewards, mask, index, norm_adv_by_std=False)
+    assert adv[:, 0].tolist() == pytest.approx([-2.0, -1.0, 3.0])
+    # the same switch read from verl's algorithm config
+    cfg = OmegaConf.create({"norm_adv_by_std_in_grpo": False})
+    adv_cfg, _ = compute_at_grpo_advantage(rewards, mask, index, cfg)
+    assert torch.allclose(adv, adv_cfg)
+    adv_default, _ = compute_at_grpo_advantage(rewards, mask, index, OmegaConf.create({}))
+    assert adv_default[2, 0].item() == pytest.approx(3.0 / (math.sqrt(7.0) + 1e-6))
+
+
+def test_role_and_turn_split_a_task_into_groups():
+    # same task, 2 roles x 2 turns x 2 candidates: each (role, turn) pair normalised on its own
+    scores = [0.0, 1.0, 10.0, 30.0, 5.0, 5.0, -1.0, 1.0]
+    rewards, mask = outcome_rewards(scores, [1] * 8)
+    index = ["t"] * 8
+    role = ["a", "a", "b", "b", "a", "a", "b", "b"]
+    turn = [0, 0, 0, 0, 1, 1, 1, 1]
+    adv, _ = compute_at_grpo_advantage(rewards, mask, index, role=role, turn=turn, epsilon=1e-12)
+    s = 1 / math.sqrt(2)
+    assert adv[:, 0].tolist() == pytest.approx([-s, s, -s, s, 0.0, 0.0, -s, s], abs=1e-6)
+    # grouped by task only, all eight share one mean
+    adv_task, _ = compute_at_grpo_advantage(rewards, mask, index)
+    assert adv_task[:, 0].sum().item() == pytest.approx(0.0, abs=1e-5)
+    assert adv_task[3, 0].item() > adv_task[2, 0].item() > adv_task[0, 0].item()
+
+
+def test_group_ids_are_dense_and_keep_distinct_keys_apart():
+    index, role, turn = ["a", "a", "b", "b", "a", "b"], ["x", "y", "x", "x", "x", "y"], [0, 0, 0, 1, 0, 1]
+    ids = group_ids(6, index=index, role=role, turn=turn).tolist()
+    keys = list(zip(index, role, turn, strict=True))
+    assert sorted(set(ids)) == list(range(5))
+    for i in range(6):
+        for j in range(6):
+            assert (ids[i] == ids[j]) == (keys[i] == keys[j])
+    # a uid that looks numeric is still its own key ("1" and "01" are different tasks)
+    assert group_ids(2, index=np.array(["1", "01"], dtype=object)).tolist() == [0, 1]
+
+
+# Rewards on a dyadic grid sum exactly in float32 and float64, so verl's per-sample loop and our
+# vectorised float64 path see identical group statistics; the comparison then tests the algorithm.
+dyadic = st.integers(min_value=-64, max_value=64).map(lambda k: k / 8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.lists(st.tuples(dyadic, st.integers(0, 5), st.integers(1, 6)), min_size=1, max_size=40),
+    norm=st.booleans(),
+)
+def test_equals_verl_grpo_without_role_and_turn(data, norm):
+    scores = [d[0] for d in data]
+    index = np.array([f"uid{d[1]}" for d in data], dtype=object)
+    rewards, mask = outcome_rewards(scores, [d[2] for d in data], width=6)
+    ours, _ = compute_at_grpo_advantage(rewards, mask, index, norm_adv_by_std=norm)
+    theirs, _ = compute_grpo_outcome_advantage(rewards, mask, index, norm_adv_by_std_in_grpo=norm)
+    assert torch.allclose(ours, theirs, atol=1e-6, rtol=1e-6)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(dyadic, st.sampled_from("abc"), st.integers(0, 2)), min_size=2, max_size=30))
+def test_every_group_with_spread_has_zero_mean_and_unit_std(data):
+    rewards, mask = outcome_rewards([d[0] for d in data], [1] * len(data))
+    role = [d[1] for d in data]
+    turn = [d[2] for d in data]
+    adv, _ = compute_at_grpo_advantage(rewards, mask, ["t"] * len(data), role=role, turn=turn)
+    values = adv[:, 0].double()
+    for key in set(zip(role, turn, strict=True)):
+        members = [i for i, k in enumerate(zip(role, turn, strict=True)) if k == key]
+        group_scores = torch.tensor([data[i][0] for i in members], dtype=torch.float64)
+        if len(members) > 1 and group_scores.std() > 0:
+            assert values[members].mean().item() == pytest.approx(0.0, abs=1e-5)
+            assert values[members].std().item() == pytest.approx(1.0, abs=1e-4)
+
+
+def test_through_verl_compute_advantage_with_composite_uid():
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    rewards, mask = outcome_rewards([1.0, 3.0, 4.0, 8.0], [2, 2, 2, 2])
+    uid = np.array(["t0|a|0", "t0|a|0", "t0|b|0", "t0|b|0"], dtype=object)
+    batch = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask, "responses": torch.zeros(4, 4, dtype=torch.long)},
+        non_tensors={"uid": uid},
+    )
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0})
+    out = compute_advantage(batch, adv_estimator="at_grpo", config=config)
+    expected, _ = compute_at_grpo_advantage(rewards, mask, uid)
+    assert torch.allclose(out.batch["advantages"], expected)
+    s = 1 / math.sqrt(2)
+    assert out.batch["advantages"][:, 0].tolist() == pytest.approx([-s, s, -s, s], abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: (torch.zeros(0, 3), torch.zeros(0, 3), []), "empty batch"),
+        (lambda: (torch.zeros(2, 3), torch.zeros(2, 4), ["a", "b"]), "response_mask shape"),
+        (lambda: (torch.zeros(3, 2), torch.ones(3, 2), ["a", "b"]), "index has 2 entries for a batch of 3"),
+        (lambda: (torch.tensor([[float("nan")], [0.0]]), torch.ones(2, 1), ["a", "a"]), "non-finite"),
+        (lambda: (torch.tensor([[float("inf")], [0.0]]), torch.ones(2, 1), ["a", "a"]), "rows [0]"),
+        (lambda: (torch.zeros(3), torch.zeros(3), ["a"] * 3), "2-D tensor"),
+    ],
+)
+def test_invalid_input_raises_value_error(make, message):
+    rewards, mask, index = make()
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        compute_at_grpo_advantage(rewards, mask, index)
+
+
+def test_role_without_turn_is_rejected():
+    with pytest.raises(ValueError, match="both role and turn"):
+        compute_at_grpo_advantage(torch.zeros(2, 1), torch.ones(2, 1), ["t", "t"], role=["a", "b"])
+
+
+def test_mismatched_role_length_is_named():
+    with pytest.raises(ValueError, match="role has 1 entries"):
+        compute_at_grpo_advantage(torch.zeros(2, 1), torch.ones(2, 1), ["t", "t"], role=["a"], turn=[0, 0])

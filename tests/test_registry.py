@@ -1,0 +1,82 @@
+"""Tests of the registries: conflicts rejected, unknown names listed, entry-point failures loud."""
+
+from __future__ import annotations
+
+import pytest
+
+import verl_mas.env.registry as env_registry
+from verl_mas.env import ENVS, MultiAgentEnv, make_env, register_env
+from verl_mas.registry import Registry
+
+
+def test_same_object_twice_is_a_no_op_and_a_different_one_fails():
+    reg: Registry[object] = Registry("thing")
+    first, second = object(), object()
+    reg.add("x", first)
+    reg.add("x", first)
+    with pytest.raises(ValueError, match="'x' is already registered"):
+        reg.add("x", second)
+    assert reg.get("x") is first
+
+
+def test_unknown_name_lists_the_known_ones():
+    reg: Registry[int] = Registry("widget")
+    reg.add("beta", 2)
+    reg.add("alpha", 1)
+    with pytest.raises(KeyError, match="unknown widget 'gamma'; known: alpha, beta"):
+        reg.get("gamma")
+
+
+def test_register_env_rejects_non_env_and_second_class():
+    with pytest.raises(TypeError):
+        register_env("not_an_env")(int)
+
+    class Other(ENVS.get("counter")):
+        pass
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_env("counter")(Other)
+
+
+def test_make_env_unknown_name_lists_known_envs():
+    with pytest.raises(KeyError, match="known: .*counter"):
+        make_env("no_such_env")
+
+
+def test_make_env_bad_options_name_the_env():
+    with pytest.raises(ValueError, match="bad options for environment 'counter'"):
+        make_env("counter", no_such_option=1)
+
+
+class _BrokenEntryPoint:
+    name = "broken_env"
+    value = "some_pkg.missing:Env"
+
+    def load(self):
+        raise ModuleNotFoundError("No module named 'some_pkg'")
+
+
+def test_entry_point_import_error_is_raised_not_swallowed(monkeypatch):
+    # Reference defect 4: registry import errors were swallowed and another env silently used.
+    monkeypatch.setattr(env_registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(env_registry, "entry_points", lambda group: [_BrokenEntryPoint()])
+    with pytest.raises(ImportError, match="'broken_env'.*some_pkg"):
+        make_env("broken_env")
+
+
+def test_entry_point_class_is_registered_under_its_name(monkeypatch):
+    class PluginEnv(ENVS.get("counter")):
+        pass
+
+    class _EntryPoint:
+        name = "from_plugin_pkg"
+        value = "user_pkg:PluginEnv"
+
+        def load(self):
+            return PluginEnv
+
+    monkeypatch.setattr(env_registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(env_registry, "entry_points", lambda group: [_EntryPoint()])
+    monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
+    env = make_env("from_plugin_pkg")
+    assert isinstance(env, PluginEnv) and isinstance(env, MultiAgentEnv)

@@ -1,0 +1,343 @@
+"""Hostile programs against verl_mas.sandbox: each asserts what happened and that nothing survived."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+import uuid
+
+import pytest
+
+from verl_mas import sandbox
+from verl_mas.sandbox import SandboxLimits, arun_python, run_python, set_max_concurrency
+
+IS_ROOT = os.geteuid() == 0
+root_only = pytest.mark.skipif(not IS_ROOT, reason="uid drop and namespaces need root")
+
+
+def _marker() -> str:
+    """A unique process name (comm is cut at 15 bytes) for finding a run's processes in /proc."""
+    return "sbx" + uuid.uuid4().hex[:10]
+
+
+def _name_processes(marker: str) -> str:
+    """Program prologue: renames the process (and everything it forks) to `marker`."""
+    return f"import ctypes\nctypes.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)\n"
+
+
+def _survivors(marker: str) -> list[int]:
+    """Live processes named `marker` or, as root, running under any sandbox uid."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{entry}/status") as f:
+                status = f.read()
+        except OSError:
+            continue
+        if "\nState:\tZ" in status:
+            continue
+        uid = int(status.split("\nUid:\t", 1)[1].split()[0])
+        if comm == marker or sandbox._UID_BASE <= uid < sandbox._UID_BASE + sandbox._UID_SPAN:
+            found.append(int(entry))
+    return found
+
+
+def test_normal_program_reads_stdin_and_writes_stdout() -> None:
+    code = "n = int(input())\nprint(sum(int(x) for x in input().split()) * n, 'é')"
+    result = run_python(code, stdin="3\n1 2 3\n")
+    assert result.ok, result
+    assert result.stdout == "18 é\n"
+    assert result.stderr == ""
+    assert (result.timed_out, result.memory_exceeded, result.output_truncated) == (False, False, False)
+
+
+def test_syntax_error_is_reported() -> None:
+    result = run_python("def f(:\n    pass\n")
+    assert not result.ok
+    assert result.exit_code == 1
+    assert "SyntaxError" in result.stderr
+
+
+def test_exit_code_and_stderr_are_passed_through() -> None:
+    result = run_python("import sys\nsys.stderr.write('bad input')\nsys.exit(3)")
+    assert result.exit_code == 3 and not result.ok
+    assert result.stderr == "bad input"
+
+
+def test_working_directory_is_fresh_writable_and_removed() -> None:
+    code = "import os\nprint(os.getcwd())\nprint(sorted(os.listdir('.')))\nopen('out.txt', 'w').write('x')"
+    result = run_python(code)
+    assert result.ok, result
+    cwd, listing = result.stdout.splitlines()
+    assert os.path.basename(cwd).startswith("verl_mas_sandbox_")
+    assert listing == "['main.py']"
+    assert not os.path.exists(cwd)
+
+
+def test_infinite_loop_times_out() -> None:
+    start = time.monotonic()
+    result = run_python("while True:\n    pass\n", limits=SandboxLimits(wall_time_s=1.0))
+    elapsed = time.monotonic() - start
+    assert result.timed_out and not result.ok
+    assert result.exit_code == -9
+    assert elapsed < 1.0 + 2.0
+
+
+def test_cpu_limit_ends_busy_program_before_wall_limit() -> None:
+    start = time.monotonic()
+    result = run_python("while True:\n    pass\n", limits=SandboxLimits(wall_time_s=10.0, cpu_time_s=1))
+    assert result.timed_out
+    assert result.exit_code is not None and result.exit_code < 0
+    assert time.monotonic() - start < 5.0
+
+
+def test_sleeping_program_times_out_on_wall_clock() -> None:
+    start = time.monotonic()
+    result = run_python("import time\nprint('started', flush=True)\ntime.sleep(100)", limits=SandboxLimits(wall_time_s=0.5))
+    assert result.timed_out
+    assert result.stdout == "started\n"  # output produced before the kill is kept
+    assert time.monotonic() - start < 2.5
+
+
+def test_fork_bomb_is_bounded_and_leaves_no_survivors() -> None:
+    marker = _marker()
+    code = _name_processes(marker) + (
+        "import os\n"
+        "while True:\n"
+        "    try:\n"
+        "        os.fork()\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+    start = time.monotonic()
+    result = run_python(code, limits=SandboxLimits(wall_time_s=2.0, max_processes=32))
+    assert time.monotonic() - start < 2.0 + 3.0
+    assert result.timed_out
+    assert _survivors(marker) == []
+    os.kill(os.getpid(), 0)  # the test process is intact
+
+
+def test_memory_bomb_sets_memory_exceeded() -> None:
+    code = "chunks = []\nwhile True:\n    chunks.append(bytearray(10 * 1024 * 1024))\n"
+    result = run_python(code, limits=SandboxLimits(memory_mb=256))
+    assert result.memory_exceeded
+    assert result.exit_code == 1 and not result.ok
+    assert "MemoryError" in result.stderr
+    assert not result.timed_out
+
+
+def test_huge_output_is_truncated_at_the_cap() -> None:
+    cap = 10_000
+    start = time.monotonic()
+    result = run_python("while True:\n    print('x' * 1000)\n", limits=SandboxLimits(max_output_bytes=cap))
+    assert result.output_truncated
+    assert len(result.stdout) == cap
+    assert set(result.stdout) <= {"x", "\n"}
+    assert not result.timed_out
+    assert time.monotonic() - start < 2.0  # killed at the cap, not drained until the wall limit
+
+
+def test_parent_environment_is_not_visible(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VERL_MAS_TEST_SECRET", "hunter2-secret-value")
+    code = (
+        "import os\n"
+        "print(sorted(os.environ))\n"
+        "print('hunter2' in repr(dict(os.environ)))\n"
+        "try:\n"
+        "    data = open('/proc/%d/environ' % os.getppid(), 'rb').read()\n"
+        "    print('parent environ readable', b'hunter2' in data)\n"
+        "except OSError as e:\n"
+        "    print('parent environ refused', type(e).__name__)\n"
+    )
+    result = run_python(code)
+    assert result.ok, result
+    keys, leaked, parent = result.stdout.splitlines()
+    assert set(eval(keys)) <= {"PATH", "HOME", "LANG", "LC_CTYPE"}
+    assert leaked == "False"
+    if IS_ROOT:
+        assert parent == "parent environ refused PermissionError"
+    assert "hunter2" not in result.stdout
+
+
+def test_writes_outside_the_sandbox_do_not_land(tmp_path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o755)
+    targets = [str(outside / "pwned.txt"), "/root/pwned_by_sandbox.txt", "/etc/pwned_by_sandbox.txt"]
+    code = (
+        "import os\n"
+        f"for path in {targets!r}:\n"
+        "    try:\n"
+        "        with open(path, 'w') as f:\n"
+        "            f.write('pwned')\n"
+        "        print('wrote', path)\n"
+        "    except OSError as e:\n"
+        "        print('refused', path, type(e).__name__)\n"
+    )
+    result = run_python(code)
+    assert result.exit_code == 0, result
+    for path in targets:
+        assert not os.path.exists(path), path
+    if IS_ROOT:
+        # The test dir lies under the masked /tmp, so it is not even visible; the rest are root-owned.
+        assert result.stdout.splitlines() == [
+            f"refused {targets[0]} FileNotFoundError",
+            f"refused {targets[1]} PermissionError",
+            f"refused {targets[2]} PermissionError",
+        ]
+
+
+def test_shared_tmp_is_private_to_the_run() -> None:
+    name = f"/tmp/{_marker()}"
+    result = run_python(f"open({name!r}, 'w').write('x')\nimport os\nprint(os.path.exists({name!r}))")
+    assert result.ok, result
+    assert result.stdout == "True\n"
+    if IS_ROOT:
+        assert not os.path.exists(name)
+
+
+_SOCKET_PROGRAM = """
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2)
+    print("python socket connected")
+except OSError as e:
+    print("python socket refused", type(e).__name__)
+import ctypes, struct
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.socket(socket.AF_INET, socket.SOCK_STREAM, 0)
+addr = struct.pack("!HH4s8x", socket.AF_INET, {port}, bytes([127, 0, 0, 1]))
+addr = struct.pack("=H", socket.AF_INET) + addr[2:]
+rc = libc.connect(fd, addr, len(addr))
+print("raw connect", "ok" if rc == 0 else "failed errno %d" % ctypes.get_errno())
+"""
+
+
+@pytest.fixture
+def listening_port():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+
+
+@root_only
+def test_network_namespace_blocks_even_raw_sockets(listening_port: int) -> None:
+    result = run_python(_SOCKET_PROGRAM.format(port=listening_port))
+    assert result.ok, result
+    python_line, raw_line = result.stdout.splitlines()
+    assert python_line == "python socket refused PermissionError"
+    assert raw_line.startswith("raw connect failed"), raw_line
+
+
+def test_python_level_socket_block_without_network_namespace(monkeypatch: pytest.MonkeyPatch, listening_port: int) -> None:
+    monkeypatch.setattr(sandbox, "_NET_NAMESPACE", False)
+    result = run_python(_SOCKET_PROGRAM.format(port=listening_port))
+    assert result.ok, result
+    python_line, raw_line = result.stdout.splitlines()
+    assert python_line == "python socket refused PermissionError"
+    # Known gap of the fallback: ctypes reaches the host loopback; the namespace is what closes it.
+    assert raw_line == "raw connect ok"
+
+
+def test_socketpair_and_asyncio_still_work() -> None:
+    code = "import asyncio\nasync def main():\n    await asyncio.sleep(0)\n    return 7\nprint(asyncio.run(main()))"
+    result = run_python(code)
+    assert result.ok, result
+    assert result.stdout == "7\n"
+
+
+def test_child_cannot_kill_its_parent() -> None:
+    code = (
+        "import os, signal\n"
+        "for send in (lambda: os.kill(os.getppid(), signal.SIGKILL), lambda: os.killpg(os.getpgid(os.getppid()), signal.SIGKILL), lambda: os.kill(-1, signal.SIGKILL)):\n"
+        "    try:\n"
+        "        send()\n"
+        "        print('sent')\n"
+        "    except OSError as e:\n"
+        "        print('refused', type(e).__name__)\n"
+    )
+    if IS_ROOT:  # without the uid drop nothing stops a raw syscall, so only try it as root
+        code += (
+            "import ctypes\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "print('raw kill', libc.kill(os.getppid(), signal.SIGKILL), ctypes.get_errno())\n"
+        )
+    result = run_python(code)
+    assert result.ok, result
+    lines = result.stdout.splitlines()
+    assert lines[:3] == ["refused PermissionError"] * 3
+    if IS_ROOT:
+        assert lines[3] == "raw kill -1 1"  # EPERM from the kernel
+    os.kill(os.getpid(), 0)
+
+
+def test_background_grandchild_is_killed_when_the_program_exits() -> None:
+    marker = _marker()
+    code = _name_processes(marker) + (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    time.sleep(60)\n"  # holds stdout open too
+        "print('parent done')\n"
+    )
+    start = time.monotonic()
+    result = run_python(code, limits=SandboxLimits(wall_time_s=5.0))
+    assert time.monotonic() - start < 2.0  # neither waits for the grandchild nor for the wall limit
+    assert result.ok, result
+    assert result.stdout == "parent done\n"
+    assert _survivors(marker) == []
+
+
+@root_only
+def test_grandchild_escaping_the_process_group_is_killed() -> None:
+    marker = _marker()
+    code = _name_processes(marker) + (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    os.closerange(0, 3)\n"
+        "    time.sleep(60)\n"
+        "print('parent done')\n"
+    )
+    result = run_python(code)
+    assert result.ok, result
+    assert _survivors(marker) == []
+
+
+def test_limits_are_validated() -> None:
+    with pytest.raises(ValueError, match="wall_time_s"):
+        SandboxLimits(wall_time_s=0)
+    with pytest.raises(ValueError):
+        set_max_concurrency(0)
+
+
+def test_arun_python_respects_the_concurrency_bound() -> None:
+    code = "import time\nprint(time.time())\ntime.sleep(0.4)\nprint(time.time())"
+
+    async def main() -> list:
+        return await asyncio.gather(*(arun_python(code) for _ in range(6)))
+
+    set_max_concurrency(2)
+    try:
+        start = time.monotonic()
+        results = asyncio.run(main())
+        elapsed = time.monotonic() - start
+    finally:
+        set_max_concurrency(sandbox._DEFAULT_MAX_CONCURRENCY)
+    assert all(r.ok for r in results), results
+    intervals = [tuple(map(float, r.stdout.split())) for r in results]
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda ev: (ev[0], ev[1]))
+    running = peak = 0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    assert peak == 2  # two at a time: bounded, and actually concurrent
+    assert elapsed >= 3 * 0.4

@@ -1,0 +1,170 @@
+"""Task datasets in verl's row format for any registered environment: writing parquet, reading parquet/jsonl."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from verl_mas.env import Task, get_env_class, make_env
+
+AGENT_NAME = "mas_agent"
+SPLITS = ("train", "eval")
+REQUIRED_EXTRA_INFO = ("env", "seed", "split", "options", "index")
+
+
+def data_source(env_name: str) -> str:
+    return f"verl_mas/{env_name}"
+
+
+def task_seed(seed: int, split: str, index: int) -> int:
+    """Seed of row `index`: a 62-bit hash of (seed, split, index), so seeds never collide in practice."""
+    digest = hashlib.sha256(f"{seed}/{split}/{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 2
+
+
+def task_rows(env_name: str, split: str, n: int, seed: int, options: Mapping[str, Any] | None = None) -> list[dict]:
+    """`n` verl rows for `split`; the prompt is the first role's observation after reset.
+
+    The reward comes from the environment at rollout time, so `reward_model.ground_truth` stays empty.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    options = dict(options or {})
+    try:
+        options_json = json.dumps(options, sort_keys=True)
+    except TypeError as exc:
+        raise ValueError(f"options for {env_name!r} must be JSON-serialisable: {exc}") from exc
+    env = make_env(env_name, **options)
+    first_role = env.workflow().roles[0]
+    rows = []
+    for index in range(n):
+        task = Task(
+            uid=f"{data_source(env_name)}/{split}/{index}",
+            env=env_name,
+            seed=task_seed(seed, split, index),
+            split=split,
+            options=options,
+        )
+        env.reset(task)
+        rows.append(
+            {
+                "prompt": env.observe(first_role),
+                "data_source": data_source(env_name),
+                "agent_name": AGENT_NAME,
+                "reward_model": {"style": "rule", "ground_truth": ""},
+                "extra_info": {
+                    "env": env_name,
+                    "seed": task.seed,
+                    "split": split,
+                    "options": options_json,
+                    "index": index,
+                },
+            }
+        )
+    return rows
+
+
+def write_dataset(
+    env_name: str,
+    out_dir: str | Path,
+    n_train: int,
+    n_eval: int,
+    seed: int,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, Path]:
+    """Write `train.parquet` and `eval.parquet` under `out_dir`; returns {split: path}."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if n_train < 1 or n_eval < 1:
+        raise ValueError(f"n_train and n_eval must be >= 1, got {n_train} and {n_eval}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for split, n in (("train", n_train), ("eval", n_eval)):
+        path = out / f"{split}.parquet"
+        pq.write_table(pa.Table.from_pylist(task_rows(env_name, split, n, seed, options)), path)
+        paths[split] = path
+    return paths
+
+
+def read_tasks(path: str | Path) -> list[Task]:
+    """Tasks from a parquet or jsonl file of rows as written by `task_rows`.
+
+    Every row is checked before any task is returned: a malformed row is a ValueError naming the file, the
+    row number (0-based) and the bad key, and options are checked by constructing the environment once.
+    """
+    path = Path(path)
+    rows = _load_rows(path)
+    tasks = []
+    checked_options: set[tuple[str, str]] = set()
+    for number, row in enumerate(rows):
+        task = _row_task(row, f"{path}: row {number}")
+        key = (task.env, json.dumps(task.options, sort_keys=True))
+        if key not in checked_options:
+            try:
+                make_env(task.env, **task.options)
+            except ValueError as exc:
+                raise ValueError(f"{path}: row {number}: extra_info.options rejected by {task.env!r}: {exc}") from exc
+            checked_options.add(key)
+        tasks.append(task)
+    return tasks
+
+
+def _load_rows(path: Path) -> list[Any]:
+    if not path.is_file():
+        raise ValueError(f"{path}: no such dataset file")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    if path.suffix == ".jsonl":
+        rows = []
+        for number, line in enumerate(path.read_text().splitlines()):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: row {len(rows)} (line {number + 1}): not JSON: {exc}") from exc
+        return rows
+    raise ValueError(f"{path}: unknown dataset format {path.suffix!r}; expected .parquet or .jsonl")
+
+
+def _row_task(row: Any, where: str) -> Task:
+    if not isinstance(row, Mapping):
+        raise ValueError(f"{where}: row is {type(row).__name__}, expected a mapping")
+    source = row.get("data_source")
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"{where}: missing or empty data_source")
+    info = row.get("extra_info")
+    if not isinstance(info, Mapping):
+        raise ValueError(f"{where}: missing extra_info")
+    for key in REQUIRED_EXTRA_INFO:
+        if info.get(key) is None:
+            raise ValueError(f"{where}: missing extra_info.{key}")
+    env_name = info["env"]
+    if not isinstance(env_name, str):
+        raise ValueError(f"{where}: extra_info.env must be a string, got {env_name!r}")
+    try:
+        get_env_class(env_name)
+    except KeyError as exc:
+        raise ValueError(f"{where}: extra_info.env: {exc.args[0]}") from None
+    for key in ("seed", "index"):
+        if not isinstance(info[key], int) or isinstance(info[key], bool):
+            raise ValueError(f"{where}: extra_info.{key} must be an integer, got {info[key]!r}")
+    split = info["split"]
+    if split not in SPLITS:
+        raise ValueError(f"{where}: extra_info.split must be one of {SPLITS}, got {split!r}")
+    options = info["options"]
+    if isinstance(options, str):
+        try:
+            options = json.loads(options)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: extra_info.options is not JSON: {exc}") from exc
+    if not isinstance(options, Mapping):
+        raise ValueError(f"{where}: extra_info.options must be a JSON object, got {options!r}")
+    return Task(uid=f"{source}/{split}/{info['index']}", env=env_name, seed=info["seed"], split=split, options=dict(options))

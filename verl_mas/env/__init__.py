@@ -1,0 +1,19 @@
+"""The environment API and registry."""
+
+from verl_mas.env.base import Message, MultiAgentEnv, StepResult, Task, Workflow
+from verl_mas.env.registry import ENVS, env_names, get_env_class, make_env, register_env
+from verl_mas.env.splits import split_of
+
+__all__ = [
+    "ENVS",
+    "Message",
+    "MultiAgentEnv",
+    "StepResult",
+    "Task",
+    "Workflow",
+    "env_names",
+    "get_env_class",
+    "make_env",
+    "register_env",
+    "split_of",
+]

@@ -1,0 +1,224 @@
+"""The AT-GRPO tree rollout (K candidates per role and turn, best continues) and the plain K = 1 rollout."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from verl_mas.env import Message, MultiAgentEnv, StepResult, Task, make_env
+from verl_mas.router import PolicyRouter
+from verl_mas.sample import Sample
+
+logger = logging.getLogger(__name__)
+
+SelectRule = Literal["reward", "team_reward"]
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """K samples for one rendered prompt. `request_id` is stable per (task, role) conversation."""
+
+    request_id: str
+    policy: str
+    role: str
+    messages: tuple[Message, ...]
+    n: int
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled response with the token ids the sampler saw and produced."""
+
+    text: str
+    prompt_ids: tuple[int, ...]
+    response_ids: tuple[int, ...]
+    logprobs: tuple[float, ...] | None = None
+
+
+Generate = Callable[[GenerationRequest], Awaitable[Sequence[Generation]]]
+EnvFactory = Callable[[Task], MultiAgentEnv]
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Tree-rollout settings.
+
+    Attributes:
+        k: candidates per (task, role, turn); 1 gives the plain rollout used for evaluation.
+        alpha: weight of the team reward in the mixed reward alpha * team + local.
+        max_turns: cap on turns; None uses the environment's workflow limit.
+        select: which score picks the continuing branch ("reward": the mixed reward).
+    """
+
+    k: int = 8
+    alpha: float = 1.0
+    max_turns: int | None = None
+    select: SelectRule = "reward"
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"rollout.k must be >= 1, got {self.k}")
+        if self.max_turns is not None and self.max_turns < 1:
+            raise ValueError(f"rollout.max_turns must be >= 1 or None, got {self.max_turns}")
+        if self.select not in ("reward", "team_reward"):
+            raise ValueError(f"rollout.select must be 'reward' or 'team_reward', got {self.select!r}")
+
+
+@dataclass
+class EpisodeResult:
+    """Everything one task's rollout produced. `error` is set when the environment raised."""
+
+    task: Task
+    samples: list[Sample] = field(default_factory=list)
+    success: bool = False
+    turns: int = 0
+    team_reward: float = 0.0
+    invalid_moves: int = 0
+    error: str | None = None
+
+
+class EnvironmentError_(RuntimeError):
+    """The environment raised: the task is abandoned, the batch goes on."""
+
+
+def default_env_factory(task: Task) -> MultiAgentEnv:
+    env = make_env(task.env, **task.options)
+    env.reset(task)
+    return env
+
+
+async def rollout_tasks(
+    tasks: Sequence[Task],
+    generate: Generate,
+    router: PolicyRouter,
+    config: RolloutConfig,
+    env_factory: EnvFactory = default_env_factory,
+) -> list[EpisodeResult]:
+    """Roll out every task concurrently; results are in task order."""
+    uids = [t.uid for t in tasks]
+    if len(set(uids)) != len(uids):
+        raise ValueError("rollout: task uids must be unique within a batch")
+    return list(await asyncio.gather(*(rollout_task(t, generate, router, config, env_factory) for t in tasks)))
+
+
+async def rollout_task(
+    task: Task,
+    generate: Generate,
+    router: PolicyRouter,
+    config: RolloutConfig,
+    env_factory: EnvFactory = default_env_factory,
+) -> EpisodeResult:
+    """Play one task with tree sampling. Environment exceptions are caught here and recorded."""
+    result = EpisodeResult(task=task)
+    try:
+        state = _guard(lambda: env_factory(task), task, "reset")
+        workflow = state.workflow()
+        max_turns = min(workflow.max_turns, config.max_turns or workflow.max_turns)
+        for turn in range(max_turns):
+            if state.done:
+                break
+            if workflow.mode == "sequential":
+                for role in workflow.roles:
+                    if state.done:
+                        break
+                    state = (await _tree_step(state, task, (role,), turn, generate, router, config, result))[role][0]
+            else:
+                chosen = await _tree_step(state, task, workflow.roles, turn, generate, router, config, result)
+                state = _apply_joint(state, task, workflow.roles, chosen)
+            result.turns = turn + 1
+        result.success = bool(_guard(state.success, task, "success"))
+        result.team_reward = _final_team_reward(result)
+    except EnvironmentError_ as exc:
+        result.error = str(exc)
+        logger.warning("task %s abandoned: %s", task.uid, exc)
+    return result
+
+
+async def _tree_step(
+    state: MultiAgentEnv,
+    task: Task,
+    roles: tuple[str, ...],
+    turn: int,
+    generate: Generate,
+    router: PolicyRouter,
+    config: RolloutConfig,
+    result: EpisodeResult,
+) -> dict[str, tuple[MultiAgentEnv, str]]:
+    """Sample K candidates for each of `roles` against the same `state`; return each role's best clone and text."""
+    requests = [
+        GenerationRequest(
+            request_id=f"{task.uid}/{role}",
+            policy=router.policy_of(role),
+            role=role,
+            messages=tuple(_guard(lambda r=role: state.observe(r), task, f"observe({role})")),
+            n=config.k,
+        )
+        for role in roles
+    ]
+    generations = await asyncio.gather(*(generate(req) for req in requests))
+    best_states: dict[str, tuple[MultiAgentEnv, str]] = {}
+    for req, candidates in zip(requests, generations, strict=True):
+        if len(candidates) != config.k:
+            raise RuntimeError(f"generate returned {len(candidates)} candidates for {req.request_id}, expected {config.k}")
+        # Each candidate is scored on its own clone of the same state, so rewards reflect that move alone.
+        branches = [_guard(state.clone, task, "clone") for _ in candidates]
+        steps = [
+            _guard(lambda b=b, g=g: b.step(req.role, g.text), task, f"step({req.role})")
+            for b, g in zip(branches, candidates, strict=True)
+        ]
+        rewards = [config.alpha * s.team_reward + s.local_reward for s in steps]
+        scores = rewards if config.select == "reward" else [s.team_reward for s in steps]
+        best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # ties: lowest index
+        for branch, (gen, step, reward) in enumerate(zip(candidates, steps, rewards, strict=True)):
+            result.samples.append(_make_sample(task, req, turn, branch, gen, step, reward, branch == best))
+            result.invalid_moves += int(not step.valid)
+        best_states[req.role] = (branches[best], candidates[best].text)
+    return best_states
+
+
+def _apply_joint(
+    state: MultiAgentEnv, task: Task, roles: tuple[str, ...], chosen: dict[str, tuple[MultiAgentEnv, str]]
+) -> MultiAgentEnv:
+    """Parallel workflow: replay each role's chosen move, in role order, on one fresh clone of `state`."""
+    joint = _guard(state.clone, task, "clone")
+    for role in roles:
+        text = chosen[role][1]
+        _guard(lambda r=role, t=text: joint.step(r, t), task, f"step({role})")
+    return joint
+
+
+def _make_sample(
+    task: Task, req: GenerationRequest, turn: int, branch: int, gen: Generation, step: StepResult, reward: float, cont: bool
+) -> Sample:
+    return Sample(
+        task_uid=task.uid,
+        role=req.role,
+        turn=turn,
+        branch=branch,
+        policy=req.policy,
+        prompt_ids=tuple(gen.prompt_ids),
+        response_ids=tuple(gen.response_ids),
+        logprobs=None if gen.logprobs is None else tuple(gen.logprobs),
+        team_reward=float(step.team_reward),
+        local_reward=float(step.local_reward),
+        reward=float(reward),
+        continued=cont,
+        valid=step.valid,
+        text=gen.text,
+    )
+
+
+def _final_team_reward(result: EpisodeResult) -> float:
+    """Team reward of the last continued branch: the state the episode ended in."""
+    continued = [s for s in result.samples if s.continued]
+    return continued[-1].team_reward if continued else 0.0
+
+
+def _guard(fn: Callable, task: Task, what: str):
+    try:
+        return fn()
+    except Exception as exc:  # an environment bug must not take down the batch: isolate it to this task
+        raise EnvironmentError_(f"{task.env}.{what} raised {type(exc).__name__}: {exc}") from exc
