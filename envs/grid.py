@@ -322,6 +322,8 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
     def load(self, board: BoardT) -> None:
         """Start an episode on `board` (reset does this with a generated one; tests with a hand-built one)."""
         self._board = board
+        if not self.distance(board.start):
+            raise ValueError(f"{self.name}: the board's start is already solved or cannot be solved")
         self._state = EpisodeState(position=board.start)
 
     def clone(self) -> GridPuzzleEnv[C, BoardT, P]:
@@ -448,7 +450,8 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
         if result.memory_exceeded:
             return None, "the program ran out of memory"
         if result.exit_code != 0:
-            return None, f"the program exited with code {result.exit_code}: {result.stderr[-STDERR_SHOWN_CHARS:]}"
+            stderr = result.stderr.strip()[-STDERR_SHOWN_CHARS:]
+            return None, f"the program exited with code {result.exit_code}" + (f": {stderr}" if stderr else "")
         return parse_actions(result.stdout), f"the program printed no action list: {result.stdout[:STDERR_SHOWN_CHARS]!r}"
 
     def _plan_step(self, text: str) -> StepResult:

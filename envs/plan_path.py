@@ -147,8 +147,9 @@ class PlanPathEnv(GridPuzzleEnv[PlanPathConfig, PlanPathBoard, Cell]):
             return IllegalMove("walks into a wall")
         return row, col
 
-    def distance(self, position: Cell) -> int:
-        return self.board.distances[position[0]][position[1]]
+    def distance(self, position: Cell) -> int | None:
+        steps = self.board.distances[position[0]][position[1]]
+        return steps if steps >= 0 else None
 
     def render(self, position: Cell) -> str:
         return self.board.render(position)

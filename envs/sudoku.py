@@ -15,12 +15,12 @@ Rewards. progress(g) = share of the puzzle's empty cells where grid g holds the 
 g is solved); violation(g) = 1 if g repeats a digit in a row, column or box or changes a given cell, else 0; a bad
 grid is unparsable text, a wrong size or a digit out of range.
 
-| role | outcome                                           | valid | team reward     | local reward                      |
-|------|---------------------------------------------------|-------|-----------------|-----------------------------------|
-| tool | grid g read (typed, or printed by the program)    | yes   | progress(board) | progress(g) - 0.25 * violation(g) |
-| tool | no code block, program failed, or bad grid        | no    | progress(board) | -0.5                              |
-| plan | grid g committed: board := g                      | yes   | progress(g)     | progress(g) - 0.25 * violation(g) |
-| plan | bad grid or a given cell changed: board unchanged | no    | progress(board) | -0.5                              |
+| role | outcome                                         | valid | team reward     | local reward                      |
+|------|-------------------------------------------------|-------|-----------------|-----------------------------------|
+| tool | grid g read (typed, or printed by the program)  | yes   | progress(board) | progress(g) - 0.25 * violation(g) |
+| tool | no code block, program failed, or bad grid      | no    | progress(board) | -0.5                              |
+| plan | grid g committed: board := g                    | yes   | progress(g)     | progress(g) - 0.25 * violation(g) |
+| plan | bad grid or a given changed: board unchanged    | no    | progress(board) | -0.5                              |
 
 The tool's move never changes the shared board, so its team reward is the board's current progress. A plan move,
 valid or not, ends the turn.
@@ -218,7 +218,7 @@ def random_solution(size: int, rng: random.Random) -> Board:
     digits = rng.sample(range(1, size + 1), size)
     grid = [[digits[(box * (r % box) + r // box + c) % size] for c in col_order] for r in row_order]
     if rng.random() < 0.5:
-        grid = [list(column) for column in zip(*grid)]
+        grid = [list(column) for column in zip(*grid, strict=True)]
     return tuple(tuple(row) for row in grid)
 
 

@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from verl_mas.env import Task, get_env_class, make_env
 
 AGENT_NAME = "mas_agent"
@@ -76,9 +79,6 @@ def write_dataset(
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Path]:
     """Write `train.parquet` and `eval.parquet` under `out_dir`; returns {split: path}."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     if n_train < 1 or n_eval < 1:
         raise ValueError(f"n_train and n_eval must be >= 1, got {n_train} and {n_eval}")
     out = Path(out_dir)
@@ -118,8 +118,6 @@ def _load_rows(path: Path) -> list[Any]:
     if not path.is_file():
         raise ValueError(f"{path}: no such dataset file")
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
         return pq.read_table(path).to_pylist()
     if path.suffix == ".jsonl":
         rows = []
@@ -167,4 +165,6 @@ def _row_task(row: Any, where: str) -> Task:
             raise ValueError(f"{where}: extra_info.options is not JSON: {exc}") from exc
     if not isinstance(options, Mapping):
         raise ValueError(f"{where}: extra_info.options must be a JSON object, got {options!r}")
-    return Task(uid=f"{source}/{split}/{info['index']}", env=env_name, seed=info["seed"], split=split, options=dict(options))
+    return Task(
+        uid=f"{source}/{split}/{info['index']}", env=env_name, seed=info["seed"], split=split, options=dict(options)
+    )

@@ -1,0 +1,112 @@
+"""Action-list parsing, code extraction and grid helpers shared by the grid puzzles."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from verl_mas_envs.grid import MAX_ACTIONS, bfs_distances, draw_board, extract_python, parse_actions, strip_thinking
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Actions: U R R D", "URRD"),
+        ("actions: u r r d", "URRD"),
+        ('["U", "R", "D"]', "URD"),
+        ("up, up, left", "UUL"),
+        ("UP DOWN Left right", "UDLR"),
+        ("<answer>DDLR</answer>", "DDLR"),
+        ("<answer> Actions: [\"L\", 'U'] </answer>", "LU"),
+        ("I move up first, then right.\nActions: up right", "UR"),
+        ("**Actions:** U, R", "UR"),
+        ("Actions:\nU R", "UR"),
+        ('Actions: [\n  "U",\n  "R"\n]', "UR"),
+        ("Actions: U -> R -> D", "URD"),
+        ("Moves: go up then left", "UL"),
+        ("→ → ↓ ←", "RRDL"),
+        ("Actions: U\nOn second thought...\nFinal answer: R R", "RR"),
+        ('I considered ["L"] but no.\nActions: U', "U"),
+        ("The shortest route is below.\n['D', 'D']", "DD"),
+        ("<think>Actions: L L</think>Actions: R", "R"),
+        ("reasoning done</think>\nActions: D", "D"),
+        ("```\nU R\n```", "UR"),
+    ],
+)
+def test_parse_actions_reads_formats(text: str, expected: str) -> None:
+    assert parse_actions(text) == tuple(expected)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   \n\t",
+        "hello world",
+        "That's right.",  # prose is never guessed at
+        "Actions:",
+        "Actions: []",
+        "Actions: move up 3 times",
+        "R 3",
+        "Actions: ur",  # lowercase runs are not letter lists
+        "Ｕ Ｒ",  # full-width letters
+        "Actions: 上 右",
+        "Actions: U\u200bR",  # zero-width space
+        "<think>Actions: L L",  # unclosed reasoning
+        "Actions: U R [note]",  # the bracketed part is not a move list
+        "Actions: north east",
+        "\x00\x01\x02",
+    ],
+)
+def test_parse_actions_rejects_malformed(text: str) -> None:
+    assert parse_actions(text) is None
+
+
+def test_parse_actions_caps_length_and_stays_fast_on_huge_text() -> None:
+    assert parse_actions("Actions: " + "U" * MAX_ACTIONS) == ("U",) * MAX_ACTIONS
+    assert parse_actions("Actions: " + "U" * (MAX_ACTIONS + 1)) is None
+    started = time.perf_counter()
+    assert parse_actions("U " * 1_000_000) is None
+    assert parse_actions("x" * 2_000_000) is None
+    assert parse_actions("Actions: " + "é" * 1_000_000) is None
+    assert parse_actions("[" * 100_000 + "]" * 100_000) is None
+    assert time.perf_counter() - started < 5.0
+
+
+def test_strip_thinking() -> None:
+    assert strip_thinking("<think>a</think>b") == "b"
+    assert strip_thinking("a</think>b</think>c") == "c"
+    assert strip_thinking("x<think>y") == "x"
+    assert strip_thinking("plain") == "plain"
+
+
+def test_extract_python() -> None:
+    assert extract_python("```python\nprint(1)\n```") == "print(1)\n"
+    assert extract_python("```py\na=1\n```\ntext\n```python\nb=2\n```") == "b=2\n"
+    assert extract_python("```\nprint(2)\n```") == "print(2)\n"
+    assert extract_python("```python\nx=1\n```\n```\ny=2\n```") == "x=1\n"  # tagged beats untagged
+    assert extract_python("```bash\nls\n```") is None
+    assert extract_python("print(1)") is None
+    assert extract_python("```python\nprint(1)") is None  # truncated block
+    assert extract_python("<think>```python\nx=1\n```</think>no code") is None
+
+
+def test_bfs_distances_hand_computed() -> None:
+    walls = {(0, 1), (1, 1)}
+    distances = bfs_distances(3, 3, (0, 0), lambda cell: cell not in walls)
+    assert distances == ((0, -1, 6), (1, -1, 5), (2, 3, 4))
+
+
+def test_draw_board_rejects_unknown_split() -> None:
+    with pytest.raises(ValueError, match="split"):
+        draw_board("x", 0, "test", lambda rng: "board", str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_parse_actions_never_raises(text: str) -> None:
+    actions = parse_actions(text)
+    assert actions is None or (0 < len(actions) <= MAX_ACTIONS and set(actions) <= set("UDLR"))

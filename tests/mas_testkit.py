@@ -1,0 +1,120 @@
+"""Test kit: a small deterministic counting environment and a scripted generator."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from verl_mas.env import ENVS, MultiAgentEnv, StepResult, Task, Workflow, register_env
+from verl_mas.rollout import Generation, GenerationRequest
+
+INVALID_PENALTY = -1.0
+
+
+class CounterEnv(MultiAgentEnv):
+    """Roles add an integer in [-3, 3] to a shared counter; the team wants it to reach a target.
+
+    team reward  = 1 - |target - value| / target       (1.0 exactly at the target)
+    local reward = (|target - before| - |target - after|) / 3   (progress of this move), -1 if unparsable
+    done         = value == target.  The move text "raise" makes step raise (an environment bug).
+    """
+
+    def __init__(self, mode: str = "sequential", max_turns: int = 5, roles: Sequence[str] = ("a", "b")) -> None:
+        self._workflow = Workflow(roles=tuple(roles), mode=mode, max_turns=max_turns)
+        self.target = 0
+        self.value = 0
+        self.moves = 0
+        self.clone_calls = [0]  # shared across clones: counts every clone of this episode
+
+    def workflow(self) -> Workflow:
+        return self._workflow
+
+    def reset(self, task: Task) -> None:
+        self.target = random.Random(task.seed).randint(4, 9)
+        self.value = 0
+        self.moves = 0
+
+    def observe(self, role: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": f"role={role} value={self.value} target={self.target} moves={self.moves}"}]
+
+    def step(self, role: str, text: str) -> StepResult:
+        if text.strip() == "raise":
+            raise RuntimeError("counter env bug")
+        try:
+            delta = int(text.strip())
+        except ValueError:
+            return StepResult(self._team(), INVALID_PENALTY, self.done, valid=False)
+        if not -3 <= delta <= 3:
+            return StepResult(self._team(), INVALID_PENALTY, self.done, valid=False)
+        before = abs(self.target - self.value)
+        self.value += delta
+        self.moves += 1
+        local = (before - abs(self.target - self.value)) / 3
+        return StepResult(self._team(), local, self.done)
+
+    def _team(self) -> float:
+        return 1.0 - abs(self.target - self.value) / self.target
+
+    def clone(self) -> CounterEnv:
+        other = CounterEnv.__new__(CounterEnv)
+        other._workflow = self._workflow
+        other.target, other.value, other.moves = self.target, self.value, self.moves
+        other.clone_calls = self.clone_calls
+        self.clone_calls[0] += 1
+        return other
+
+    @property
+    def done(self) -> bool:
+        return self.value == self.target
+
+    def success(self) -> bool:
+        return self.done
+
+    def expert(self, role: str) -> str:
+        return str(max(-3, min(3, self.target - self.value)))
+
+
+if "counter" not in ENVS:
+    register_env("counter")(CounterEnv)
+
+
+def parse_observation(text: str) -> dict[str, str]:
+    return dict(part.split("=", 1) for part in text.split())
+
+
+@dataclass
+class ScriptedGenerator:
+    """Answers each request with `script(observation fields, n, request)`; tokens are the text's bytes.
+
+    Records every request and the peak number of requests in flight at once.
+    """
+
+    script: Callable[[dict[str, str], int, GenerationRequest], list[str]]
+    yield_steps: int = 1
+
+    def __post_init__(self) -> None:
+        self.requests: list[GenerationRequest] = []
+        self.in_flight = 0
+        self.peak_in_flight = 0
+
+    async def __call__(self, request: GenerationRequest) -> list[Generation]:
+        self.requests.append(request)
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        for _ in range(self.yield_steps):
+            await asyncio.sleep(0)
+        self.in_flight -= 1
+        fields = parse_observation(request.messages[-1]["content"])
+        prompt_ids = tuple(request.messages[-1]["content"].encode())
+        texts = self.script(fields, request.n, request)
+        return [
+            Generation(text=t, prompt_ids=prompt_ids, response_ids=tuple(t.encode()), logprobs=tuple([-0.5] * len(t)))
+            for t in texts
+        ]
+
+
+def spread_script(fields: dict[str, str], n: int, request: GenerationRequest) -> list[str]:
+    """Candidates -1, 0, 1, 2, 3, -1, ... : distinct progress per branch."""
+    return [str((i % 5) - 1) for i in range(n)]

@@ -1,0 +1,185 @@
+"""Tests of the tree rollout on the counting environment, with hand-computed rewards and trees."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import random
+
+import pytest
+from mas_testkit import CounterEnv, ScriptedGenerator, spread_script
+
+from verl_mas.env import Task
+from verl_mas.rollout import RolloutConfig, rollout_task, rollout_tasks
+from verl_mas.router import PolicyRouter
+
+ROUTER = PolicyRouter.from_spec("per_role", ("a", "b"))
+
+
+def counter_factory(target: int, mode: str = "sequential", max_turns: int = 5):
+    def make(task: Task) -> CounterEnv:
+        env = CounterEnv(mode=mode, max_turns=max_turns)
+        env.reset(task)
+        env.target = target
+        return env
+
+    return make
+
+
+def run(tasks, generator, config, factory):
+    return asyncio.run(rollout_tasks(tasks, generator, ROUTER, config, factory))
+
+
+def test_sequential_tree_hand_computed():
+    gen = ScriptedGenerator(spread_script)  # candidates -1, 0, 1, 2, 3
+    [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=5, alpha=1.0), counter_factory(target=5))
+    a = [s for s in ep.samples if s.role == "a"]
+    b = [s for s in ep.samples if s.role == "b"]
+    # role a at value 0: team 1-|5-v|/5 for v=-1..3, local (5-|5-v|)/3
+    assert [s.team_reward for s in a] == pytest.approx([-0.2, 0.0, 0.2, 0.4, 0.6])
+    assert [s.local_reward for s in a] == pytest.approx([-1 / 3, 0.0, 1 / 3, 2 / 3, 1.0])
+    assert [s.reward for s in a] == pytest.approx([-0.2 - 1 / 3, 0.0, 0.2 + 1 / 3, 0.4 + 2 / 3, 1.6])
+    assert [s.continued for s in a] == [False, False, False, False, True]
+    # role b acts on the chosen branch (value 3): reference defect 2 read stale copies here
+    assert gen.requests[1].messages[0]["content"] == "role=b value=3 target=5 moves=1"
+    # ... and its candidates are scored on their own clones: rewards differ (reference defect 3)
+    assert [s.reward for s in b] == pytest.approx([0.4 - 1 / 3, 0.6, 0.8 + 1 / 3, 1.0 + 2 / 3, 0.8 + 1 / 3])
+    assert [s.continued for s in b] == [False, False, False, True, False]
+    # b's delta 2 reaches the target: the episode ends early, no second turn is requested
+    assert ep.success and ep.turns == 1 and len(gen.requests) == 2
+    assert ep.team_reward == pytest.approx(1.0)
+    assert [(s.turn, s.branch, s.policy) for s in b] == [(0, i, "b") for i in range(5)]
+
+
+def test_mixing_weight_alpha_scales_team_reward_only():
+    gen = ScriptedGenerator(spread_script)
+    [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=5, alpha=0.5), counter_factory(target=5))
+    for s in ep.samples:
+        assert s.reward == pytest.approx(0.5 * s.team_reward + s.local_reward)
+
+
+def test_ties_continue_from_the_lowest_branch():
+    gen = ScriptedGenerator(lambda f, n, r: ["1", "2", "2", "2"][:n])
+    [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=4, max_turns=1), counter_factory(target=9))
+    assert [s.continued for s in ep.samples if s.role == "a"] == [False, True, False, False]
+
+
+def test_select_by_team_reward():
+    # delta 3 overshoots to 6 with target 4: team 0.5, local 1/3 - but team reward alone prefers 4 (delta 1)
+    gen = ScriptedGenerator(lambda f, n, r: ["3", "1"] if f["role"] == "b" else ["3", "3"])
+    config = RolloutConfig(k=2, max_turns=1, select="team_reward", alpha=0.0)
+    [ep] = run([Task("t0", "counter", 0)], gen, config, counter_factory(target=4))
+    b = [s for s in ep.samples if s.role == "b"]
+    assert [s.continued for s in b] == [False, True] and ep.success
+
+
+def test_parallel_roles_score_against_the_same_state_then_apply_together():
+    gen = ScriptedGenerator(spread_script)
+    [ep] = run(
+        [Task("t0", "counter", 0)], gen, RolloutConfig(k=5, max_turns=2), counter_factory(5, mode="parallel")
+    )
+    first_turn = gen.requests[:2]
+    assert {r.role for r in first_turn} == {"a", "b"}
+    assert all(r.messages[0]["content"].endswith("value=0 target=5 moves=0") for r in first_turn)
+    # each role's best is delta 3, applied together: 0 + 3 + 3 = 6
+    assert all(r.messages[0]["content"].endswith("value=6 target=5 moves=2") for r in gen.requests[2:4])
+    a0 = [s for s in ep.samples if s.role == "a" and s.turn == 0]
+    b0 = [s for s in ep.samples if s.role == "b" and s.turn == 0]
+    assert [s.reward for s in a0] == pytest.approx([s.reward for s in b0])
+    assert ep.turns == 2 and not ep.success
+
+
+def test_max_turns_bounds_an_episode_that_never_ends():
+    gen = ScriptedGenerator(lambda f, n, r: ["0"] * n)
+    [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=2, max_turns=3), counter_factory(target=5))
+    assert ep.turns == 3 and len(gen.requests) == 6 and not ep.success
+    assert sorted({s.turn for s in ep.samples}) == [0, 1, 2]
+
+
+def test_request_id_is_stable_per_task_and_role():
+    gen = ScriptedGenerator(lambda f, n, r: ["0"] * n)
+    run([Task("t0", "counter", 0)], gen, RolloutConfig(k=2, max_turns=3), counter_factory(target=5))
+    assert [r.request_id for r in gen.requests] == ["t0/a", "t0/b"] * 3
+
+
+def test_invalid_output_is_a_scored_move_not_an_exception():
+    gen = ScriptedGenerator(lambda f, n, r: ["garbage", "1", "", "99"][:n])
+    [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=4, max_turns=1), counter_factory(target=5))
+    a = [s for s in ep.samples if s.role == "a"]
+    assert [s.valid for s in a] == [False, True, False, False]
+    assert a[0].reward == pytest.approx(0.0 - 1.0)  # team unchanged at 0, invalid penalty -1
+    assert ep.invalid_moves == 6 and ep.error is None
+
+
+def test_environment_exception_is_isolated_to_its_task():
+    def script(fields, n, request):
+        return ["raise"] * n if request.request_id == "t1/b" else ["1"] * n
+
+    gen = ScriptedGenerator(script)
+    tasks = [Task("t0", "counter", 0), Task("t1", "counter", 1)]
+    ok, broken = run(tasks, gen, RolloutConfig(k=2, max_turns=2), counter_factory(target=9))
+    assert ok.error is None and ok.turns == 2 and len(ok.samples) == 8
+    assert "RuntimeError: counter env bug" in broken.error and "step(b)" in broken.error
+    # the completed group of role a survives; the broken group is not half-recorded
+    assert [(s.role, s.turn) for s in broken.samples] == [("a", 0), ("a", 0)]
+
+
+def test_clone_is_used_k_times_per_role_turn_and_deepcopy_never(monkeypatch):
+    def no_deepcopy(*args, **kwargs):
+        raise AssertionError("deepcopy called: clones must be explicit (reference defect 9)")
+
+    monkeypatch.setattr(copy, "deepcopy", no_deepcopy)
+    gen = ScriptedGenerator(lambda f, n, r: ["1"] * n)
+    for mode, clones_per_turn in (("sequential", 2 * 4), ("parallel", 2 * 4 + 1)):
+        envs: list[CounterEnv] = []
+
+        def factory(task, mode=mode, envs=envs):
+            envs.append(counter_factory(target=50, mode=mode, max_turns=3)(task))
+            return envs[-1]
+
+        run([Task("t0", "counter", 0)], gen, RolloutConfig(k=4), factory)
+        assert envs[0].clone_calls[0] == 3 * clones_per_turn
+
+
+def test_all_tasks_are_in_flight_together():
+    gen = ScriptedGenerator(lambda f, n, r: ["1"] * n, yield_steps=3)
+    run([Task(f"t{i}", "counter", i) for i in range(8)], gen, RolloutConfig(k=4, max_turns=1), counter_factory(9))
+    assert gen.peak_in_flight == 8
+
+
+def test_same_seed_same_tree():
+    def seeded_script(fields, n, request):
+        rng = random.Random(f"{request.request_id}|{fields['value']}|{fields['moves']}")
+        return [str(rng.randint(-3, 3)) for _ in range(n)]
+
+    tasks = [Task(f"t{i}", "counter", seed=i) for i in range(4)]
+    from verl_mas.rollout import default_env_factory
+
+    first = run(tasks, ScriptedGenerator(seeded_script), RolloutConfig(k=4), default_env_factory)
+    second = run(tasks, ScriptedGenerator(seeded_script), RolloutConfig(k=4), default_env_factory)
+    assert [ep.samples for ep in first] == [ep.samples for ep in second]
+    assert len({s.reward for ep in first for s in ep.samples}) > 3
+
+
+def test_plain_rollout_is_k_equal_one():
+    gen = ScriptedGenerator(lambda f, n, r: ["3"] * n)
+    [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=1), counter_factory(target=9))
+    assert all(r.n == 1 for r in gen.requests)
+    assert all(s.continued for s in ep.samples) and ep.success and ep.turns == 2
+
+
+def test_generator_returning_wrong_count_is_an_error():
+    gen = ScriptedGenerator(lambda f, n, r: ["1"])
+    with pytest.raises(RuntimeError, match="returned 1 candidates for t0/a, expected 3"):
+        asyncio.run(rollout_task(Task("t0", "counter", 0), gen, ROUTER, RolloutConfig(k=3), counter_factory(5)))
+
+
+def test_duplicate_task_uids_rejected():
+    with pytest.raises(ValueError, match="unique"):
+        run([Task("t", "counter", 0), Task("t", "counter", 1)], ScriptedGenerator(spread_script), RolloutConfig(k=2), counter_factory(5))
+
+
+@pytest.mark.parametrize("kwargs, message", [({"k": 0}, "k must be"), ({"max_turns": 0}, "max_turns"), ({"select": "x"}, "select")])
+def test_bad_rollout_config(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        RolloutConfig(**kwargs)
