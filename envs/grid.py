@@ -40,6 +40,7 @@ same rule. StepResult.valid is False for unparsable text and for a list that hit
 from __future__ import annotations
 
 import abc
+import math
 import random
 import re
 from collections import deque
@@ -231,12 +232,15 @@ class GridConfig:
 
     tool_mode: ToolMode = "code"
     max_turns: int = 5
+    code_time_limit_s: float = 5.0  # wall and CPU time of one tool program in the sandbox
 
     def __post_init__(self) -> None:
         if self.tool_mode not in ("code", "compact"):
             raise ValueError(f"tool_mode must be 'code' or 'compact', got {self.tool_mode!r}")
         if not (isinstance(self.max_turns, int) and self.max_turns >= 1):
             raise ValueError(f"max_turns must be an int >= 1, got {self.max_turns!r}")
+        if not self.code_time_limit_s > 0:
+            raise ValueError(f"code_time_limit_s must be positive, got {self.code_time_limit_s!r}")
 
 
 class GridBoard(Protocol[P]):
@@ -442,9 +446,11 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
         code = extract_python(text)
         if code is None:
             return None, "no ```python code block"
-        from verl_mas.sandbox import run_python  # lazy: only code mode needs the sandbox
+        from verl_mas.sandbox import SandboxLimits, run_python  # lazy: only code mode needs the sandbox
 
-        result = run_python(code, stdin=self.render(self.state.position) + "\n")
+        seconds = self.config.code_time_limit_s
+        limits = SandboxLimits(wall_time_s=seconds, cpu_time_s=math.ceil(seconds))
+        result = run_python(code, stdin=self.render(self.state.position) + "\n", limits=limits)
         if result.timed_out:
             return None, "the program ran out of time"
         if result.memory_exceeded:

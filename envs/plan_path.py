@@ -132,9 +132,22 @@ class PlanPathEnv(GridPuzzleEnv[PlanPathConfig, PlanPathBoard, Cell]):
     expert_program = EXPERT_PROGRAM
 
     def __init__(
-        self, size: int = 10, wall_ratio: float = 0.22, tool_mode: ToolMode = "code", max_turns: int = 5
+        self,
+        size: int = 10,
+        wall_ratio: float = 0.22,
+        tool_mode: ToolMode = "code",
+        max_turns: int = 5,
+        code_time_limit_s: float = 5.0,
     ) -> None:
-        super().__init__(PlanPathConfig(tool_mode=tool_mode, max_turns=max_turns, size=size, wall_ratio=wall_ratio))
+        super().__init__(
+            PlanPathConfig(
+                tool_mode=tool_mode,
+                max_turns=max_turns,
+                code_time_limit_s=code_time_limit_s,
+                size=size,
+                wall_ratio=wall_ratio,
+            )
+        )
 
     def generate_board(self, seed: int, split: str) -> PlanPathBoard:
         return generate_board(seed, split, self.config)

@@ -237,11 +237,13 @@ class SokobanEnv(GridPuzzleEnv[SokobanConfig, SokobanBoard, SokobanPosition]):
         max_solver_states: int = 200_000,
         tool_mode: ToolMode = "code",
         max_turns: int = 5,
+        code_time_limit_s: float = 5.0,
     ) -> None:
         super().__init__(
             SokobanConfig(
                 tool_mode=tool_mode,
                 max_turns=max_turns,
+                code_time_limit_s=code_time_limit_s,
                 size=size,
                 boxes=boxes,
                 wall_ratio=wall_ratio,

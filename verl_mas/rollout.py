@@ -19,13 +19,19 @@ SelectRule = Literal["reward", "team_reward"]
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """K samples for one rendered prompt. `request_id` is stable per (task, role) conversation."""
+    """K samples for one rendered prompt. `request_id` is stable per (task, role) conversation.
+
+    `expert` carries the environment's correct move only when `RolloutConfig.with_expert` is set:
+    for scripted policies and for collecting warm-start data, never for model generation.
+    """
 
     request_id: str
     policy: str
     role: str
     messages: tuple[Message, ...]
     n: int
+    turn: int = 0
+    expert: str | None = None
 
 
 @dataclass(frozen=True)
@@ -51,12 +57,14 @@ class RolloutConfig:
         alpha: weight of the team reward in the mixed reward alpha * team + local.
         max_turns: cap on turns; None uses the environment's workflow limit.
         select: which score picks the continuing branch ("reward": the mixed reward).
+        with_expert: attach the environment's expert move to each generation request.
     """
 
     k: int = 8
     alpha: float = 1.0
     max_turns: int | None = None
     select: SelectRule = "reward"
+    with_expert: bool = False
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -155,6 +163,8 @@ async def _tree_step(
             role=role,
             messages=tuple(_guard(lambda r=role: state.observe(r), task, f"observe({role})")),
             n=config.k,
+            turn=turn,
+            expert=_guard(lambda r=role: state.expert(r), task, f"expert({role})") if config.with_expert else None,
         )
         for role in roles
     ]

@@ -1,0 +1,62 @@
+"""Hydra-style `key=value` overrides applied to typed dataclass configs, with errors that name the key."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import yaml
+
+C = TypeVar("C")
+
+
+def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
+    """["a=1", "b.c=x"] -> {"a": 1, "b": {"c": "x"}}; values are parsed as YAML scalars/lists."""
+    tree: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"override {item!r} is not of the form key=value")
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError as exc:
+            raise ValueError(f"override {item!r}: cannot parse value: {exc}") from exc
+        node = tree
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"override {item!r}: {part!r} is already set to a value")
+        node[parts[-1]] = value
+    return tree
+
+
+def apply_overrides(config: C, overrides: Mapping[str, Any], path: str = "") -> C:
+    """A copy of dataclass `config` with `overrides` applied; mapping-typed fields merge key by key."""
+    known = {f.name: f for f in dataclasses.fields(config)}
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key not in known:
+            raise ValueError(f"unknown config key {path + key!r}; known keys: {', '.join(sorted(known))}")
+        current = getattr(config, key)
+        if dataclasses.is_dataclass(current) and isinstance(value, Mapping):
+            changes[key] = apply_overrides(current, value, f"{path}{key}.")
+        elif isinstance(current, Mapping) and isinstance(value, Mapping):
+            changes[key] = {**current, **value}
+        else:
+            changes[key] = _coerce(value, current, path + key)
+    return dataclasses.replace(config, **changes)
+
+
+def _coerce(value: Any, current: Any, key: str) -> Any:
+    if isinstance(current, bool) and not isinstance(value, bool):
+        raise ValueError(f"config key {key!r} expects true/false, got {value!r}")
+    if isinstance(current, int) and not isinstance(current, bool):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"config key {key!r} expects an integer, got {value!r}")
+    if isinstance(current, float) and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ValueError(f"config key {key!r} expects a number, got {value!r}")
+    if isinstance(current, float):
+        return float(value)
+    return value
