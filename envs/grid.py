@@ -15,7 +15,7 @@ in a ```python block that the sandbox runs with the board on stdin and whose pri
 proposal; in `tool_mode="compact"` it writes the list itself. The environment simulates the proposal on the
 current board (nothing is committed) and shows the plan agent where it leads. The plan agent then commits an
 action list: the moves are applied in order; an illegal move stops the list there (the moves before it stay
-applied), reaching the goal stops it too. A plan move, parsable or not, ends the turn. The episode is done when
+applied); solving the puzzle or reaching a deadlock stops it too. A plan move, parsable or not, ends the turn. The episode is done when
 the puzzle is solved, a deadlock makes it unsolvable, or `max_turns` turns have passed.
 
 Rewards. d(s) = optimal number of moves from position s to a solution (BFS); d0 = d(start); a move list that
@@ -146,7 +146,9 @@ def extract_python(text: str) -> str | None:
     return chosen[-1] if chosen else None
 
 
-def bfs_distances(height: int, width: int, source: Cell, passable: Callable[[Cell], bool]) -> tuple[tuple[int, ...], ...]:
+def bfs_distances(
+    height: int, width: int, source: Cell, passable: Callable[[Cell], bool]
+) -> tuple[tuple[int, ...], ...]:
     """Steps from `source` to every cell over passable cells (4-neighbour moves); -1 where unreachable."""
     distance = [[-1] * width for _ in range(height)]
     distance[source[0]][source[1]] = 0
@@ -173,7 +175,9 @@ B = TypeVar("B")
 P = TypeVar("P")
 
 
-def draw_board(name: str, seed: int, split: str, candidate: Callable[[random.Random], B | None], key: Callable[[B], str]) -> B:
+def draw_board(
+    name: str, seed: int, split: str, candidate: Callable[[random.Random], B | None], key: Callable[[B], str]
+) -> B:
     """The first acceptable candidate board, drawn with rng seeded by (name, seed, attempt), whose split is `split`.
 
     `candidate` returns None for a board it rejects (unsolvable, too easy); `key` gives the canonical board text
@@ -348,7 +352,10 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
 
     def observe(self, role: str) -> list[dict[str, str]]:
         self._check_role(role)
-        return [{"role": "system", "content": self._system_prompt(role)}, {"role": "user", "content": self._user_prompt(role)}]
+        return [
+            {"role": "system", "content": self._system_prompt(role)},
+            {"role": "user", "content": self._user_prompt(role)},
+        ]
 
     def step(self, role: str, text: str) -> StepResult:
         self._check_role(role)
@@ -458,7 +465,8 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
         if result.exit_code != 0:
             stderr = result.stderr.strip()[-STDERR_SHOWN_CHARS:]
             return None, f"the program exited with code {result.exit_code}" + (f": {stderr}" if stderr else "")
-        return parse_actions(result.stdout), f"the program printed no action list: {result.stdout[:STDERR_SHOWN_CHARS]!r}"
+        printed = result.stdout[:STDERR_SHOWN_CHARS]
+        return parse_actions(result.stdout), f"the program printed no action list: {printed!r}"
 
     def _plan_step(self, text: str) -> StepResult:
         state = self.state
@@ -473,14 +481,12 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
                 last_commit="The plan agent's reply gave no usable action list; nothing moved.",
                 outcome="out_of_turns" if out_of_turns else "playing",
             )
-            return StepResult(self.team_reward(), INVALID_OUTPUT_REWARD, self.done, valid=False, info={"error": "no action list found"})
+            info = {"error": "no action list found"}
+            return StepResult(self.team_reward(), INVALID_OUTPUT_REWARD, self.done, valid=False, info=info)
         simulation = self.simulate(state.position, actions)
-        outcome: Outcome = (
-            "solved" if simulation.solved
-            else "deadlocked" if simulation.deadlocked
-            else "out_of_turns" if out_of_turns
-            else "playing"
-        )
+        outcome: Outcome = "out_of_turns" if out_of_turns else "playing"
+        if simulation.solved or simulation.deadlocked:
+            outcome = "solved" if simulation.solved else "deadlocked"
         self._state = EpisodeState(
             position=simulation.end,
             turn=turn,
@@ -488,7 +494,9 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
             outcome=outcome,
         )
         local = self.move_reward(state.position, simulation)
-        return StepResult(self.team_reward(), local, self.done, valid=simulation.illegal is None, info=_info(simulation))
+        return StepResult(
+            self.team_reward(), local, self.done, valid=simulation.illegal is None, info=_info(simulation)
+        )
 
     def _check_role(self, role: str) -> None:
         if role not in ROLES:

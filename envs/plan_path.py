@@ -3,8 +3,17 @@
 Board: a `size` x `size` grid with round(wall_ratio * size^2) wall cells placed at random, a start and a goal on
 distinct free cells, regenerated until the goal is reachable (BFS). Reference setting: 10x10, 22% walls.
 Moves U/D/L/R go one cell; a move into a wall or off the grid is illegal (the list stops there, the move counts as
-invalid). Reaching the goal solves the puzzle and ends the episode. d(cell) = BFS distance to the goal, precomputed
-once per board. Turn logic, parsing and the reward table: `verl_mas_envs.grid`.
+invalid). Reaching the goal solves the puzzle and ends the episode.
+
+Rewards (the shared rule of `verl_mas_envs.grid`), d = BFS distance to the goal (precomputed once per board),
+d0 = d(start), s = the agent's cell before the role's list, s' = where it ends after n applied moves:
+
+| role      | outcome                                        | team reward             | local reward             |
+|-----------|------------------------------------------------|-------------------------|--------------------------|
+| tool      | list read (typed or printed), simulated only   | clip((d0 - d(s)) / d0)  | as for plan, on the copy |
+| tool/plan | unparsable; code mode: no code, program failed | (board unchanged)       | -0.5                     |
+| plan      | reaches the goal                               | 1.0                     | 0.5 + 0.5 * d(s) / n     |
+| plan      | otherwise                                      | clip((d0 - d(s')) / d0) | 0.5 * clip((d(s) - d(s')) / d(s)), -0.25 if it hit a wall or the edge |
 """
 
 from __future__ import annotations
@@ -169,4 +178,3 @@ class PlanPathEnv(GridPuzzleEnv[PlanPathConfig, PlanPathBoard, Cell]):
 
     def describe_position(self, position: Cell) -> str:
         return f"The agent is at {position}; the goal is at {self.board.goal}."
-

@@ -11,8 +11,18 @@ position missing from it is a deadlock (a box in a non-goal corner, against a wa
 `max_solver_states` positions are refused, so size and box count are bounded by what exact solving affords
 (6x6 with 1-2 boxes and 8x8 with 2 boxes take well under a second).
 Moves U/D/L/R walk one cell; walking into a box pushes it one cell on if that cell is free. Walking into a wall,
-or pushing a box into a wall or another box, is illegal. Turn logic, parsing and the reward table:
-`verl_mas_envs.grid`.
+or pushing a box into a wall or another box, is illegal (the list stops there).
+
+Rewards (the shared rule of `verl_mas_envs.grid`), d = optimal moves to solve from the table, d0 = d(start),
+s = position before the role's list, s' = where it ends after n applied moves:
+
+| role      | outcome                                        | team reward            | local reward              |
+|-----------|------------------------------------------------|------------------------|---------------------------|
+| tool      | list read (typed or printed), simulated only   | clip((d0 - d(s)) / d0) | as for plan, on the copy  |
+| tool/plan | unparsable; code mode: no code, program failed | (board unchanged)      | -0.5                      |
+| plan      | all boxes on goals                             | 1.0                    | 0.5 + 0.5 * d(s) / n      |
+| plan      | deadlock (s' not in the table): episode fails  | -1.0                   | -0.5                      |
+| plan      | otherwise                                      | clip((d0 - d(s')) / d0)| 0.5 * clip((d(s) - d(s')) / d(s)), -0.25 if it hit an illegal move |
 """
 
 from __future__ import annotations
@@ -123,24 +133,16 @@ class SokobanBoard:
     distances: Mapping[SokobanPosition, int]  # optimal moves to solve, for every solvable position
 
     @classmethod
-    def build(
-        cls, height: int, width: int, floor: frozenset[Cell], goals: tuple[Cell, ...], start: SokobanPosition,
-        max_states: int = 200_000,
-    ) -> SokobanBoard:
-        goals = tuple(sorted(goals))
-        start = SokobanPosition(start.player, tuple(sorted(start.boxes)))
-        return cls(height, width, floor, goals, start, solvable_positions(floor, goals, max_states))
-
-    @classmethod
     def from_text(cls, text: str) -> SokobanBoard:
         """A board from rows of `#` wall, `_` floor, `.` goal, `$` box, `*` box on goal, `@` player, `+` on goal."""
         cells = dict(parse_grid_text(text))
         height, width = max(r for r, _ in cells) + 1, max(c for _, c in cells) + 1
         floor = frozenset(cell for cell, char in cells.items() if char != WALL)
-        goals = tuple(cell for cell, char in cells.items() if char in (GOAL, BOX_ON_GOAL, PLAYER_ON_GOAL))
-        boxes = tuple(cell for cell, char in cells.items() if char in (BOX, BOX_ON_GOAL))
+        goals = tuple(sorted(cell for cell, char in cells.items() if char in (GOAL, BOX_ON_GOAL, PLAYER_ON_GOAL)))
+        boxes = tuple(sorted(cell for cell, char in cells.items() if char in (BOX, BOX_ON_GOAL)))
         (player,) = (cell for cell, char in cells.items() if char in (PLAYER, PLAYER_ON_GOAL))
-        return cls.build(height, width, floor, goals, SokobanPosition(player, boxes))
+        start = SokobanPosition(player, boxes)
+        return cls(height, width, floor, goals, start, solvable_positions(floor, goals, SokobanConfig.max_solver_states))
 
     def render(self, position: SokobanPosition) -> str:
         goals = set(self.goals)

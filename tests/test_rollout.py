@@ -183,3 +183,22 @@ def test_duplicate_task_uids_rejected():
 def test_bad_rollout_config(kwargs, message):
     with pytest.raises(ValueError, match=message):
         RolloutConfig(**kwargs)
+
+
+def test_blocking_steps_run_off_the_event_loop(monkeypatch):
+    import threading
+
+    step_threads = set()
+    original_step = CounterEnv.step
+
+    def recording_step(self, role, text):
+        step_threads.add(threading.get_ident())
+        return original_step(self, role, text)
+
+    monkeypatch.setattr(CounterEnv, "step", recording_step)
+    monkeypatch.setattr(CounterEnv, "blocking_step", property(lambda self: True))
+    gen = ScriptedGenerator(spread_script)
+    [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=5), counter_factory(target=5))
+    assert threading.get_ident() not in step_threads
+    # same tree as when stepping on the loop (see test_sequential_tree_hand_computed)
+    assert [s.continued for s in ep.samples] == [False] * 4 + [True] + [False] * 3 + [True, False]

@@ -175,10 +175,12 @@ async def _tree_step(
             raise RuntimeError(f"generate returned {len(candidates)} candidates for {req.request_id}, expected {config.k}")
         # Each candidate is scored on its own clone of the same state, so rewards reflect that move alone.
         branches = [_guard(state.clone, task, "clone") for _ in candidates]
-        steps = [
-            _guard(lambda b=b, g=g: b.step(req.role, g.text), task, f"step({req.role})")
-            for b, g in zip(branches, candidates, strict=True)
-        ]
+        moves = [lambda b=b, g=g: b.step(req.role, g.text) for b, g in zip(branches, candidates, strict=True)]
+        what = f"step({req.role})"
+        if state.blocking_step:
+            steps = await asyncio.gather(*(asyncio.to_thread(_guard, move, task, what) for move in moves))
+        else:
+            steps = [_guard(move, task, what) for move in moves]
         rewards = [config.alpha * s.team_reward + s.local_reward for s in steps]
         scores = rewards if config.select == "reward" else [s.team_reward for s in steps]
         best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # ties: lowest index

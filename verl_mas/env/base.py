@@ -80,6 +80,12 @@ class MultiAgentEnv(abc.ABC):
     #: registry name, set by `register_env`
     name: str = ""
 
+    @property
+    def blocking_step(self) -> bool:
+        """True when `step` may block for long (it runs model-written code): the rollout then runs
+        the K candidate steps in worker threads instead of on the event loop."""
+        return False
+
     @abc.abstractmethod
     def workflow(self) -> Workflow:
         """Roles, mode and max turns of this instance (may depend on constructor options)."""

@@ -1,0 +1,1 @@
+"""Local engine: a tokenizer trained in seconds, tiny or loaded causal LMs, a batching sampler and log-prob recompute."""

@@ -1,0 +1,78 @@
+"""Per-token log-probs of responses under a policy: the one definition both the sampler and training use."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+
+def scaled_log_softmax(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / temperature) in float32: the distribution the sampler draws from and training scores.
+
+    Nothing else (repetition penalty, logit bias, ...) belongs here: whatever shapes sampling must also shape the
+    recomputed log-probs, or the sampled policy is not the trained one (at-grpo notes, defect 11).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    return torch.log_softmax(logits.float() / temperature, dim=-1)
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions count real tokens only, so a left-padded row sees the same positions as the unpadded sequence."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def response_logprobs(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_length: int,
+    temperature: float,
+) -> torch.Tensor:
+    """[N, R] log-probs of the last `response_length` tokens of each row, 0 where the mask is 0.
+
+    The layout is verl's (`VerlBatchTensors.input_ids` / `attention_mask`: left-padded prompts followed by
+    right-padded responses); one forward pass, logits kept only where a response token is predicted.
+    """
+    if response_length < 1:
+        raise ValueError(f"response_length must be >= 1, got {response_length}")
+    outputs = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+        logits_to_keep=response_length + 1,
+    )
+    # The logit at position t predicts token t + 1: drop the last one, which predicts past the end.
+    logits = outputs.logits[:, :-1, :]
+    responses = input_ids[:, -response_length:]
+    token_logprobs = scaled_log_softmax(logits, temperature).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
+    return token_logprobs * attention_mask[:, -response_length:].to(token_logprobs.dtype)
+
+
+def sequence_logprobs(
+    model: PreTrainedModel,
+    prompts_ids: Sequence[Sequence[int]],
+    responses_ids: Sequence[Sequence[int]],
+    temperature: float,
+    pad_id: int,
+) -> list[torch.Tensor]:
+    """Log-probs of each response given its prompt, one 1-D tensor per sequence, from a single padded forward."""
+    if len(prompts_ids) != len(responses_ids) or not prompts_ids:
+        raise ValueError(f"sequence_logprobs: {len(prompts_ids)} prompts for {len(responses_ids)} responses")
+    device = next(model.parameters()).device
+    n = len(prompts_ids)
+    prompt_len = max(len(p) for p in prompts_ids)
+    response_len = max(1, max(len(r) for r in responses_ids))
+    input_ids = torch.full((n, prompt_len + response_len), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for i, (prompt, response) in enumerate(zip(prompts_ids, responses_ids, strict=True)):
+        if not prompt:
+            raise ValueError(f"sequence_logprobs: prompt {i} is empty (the first response token needs a context)")
+        input_ids[i, prompt_len - len(prompt) : prompt_len] = torch.tensor(prompt, dtype=torch.long)
+        input_ids[i, prompt_len : prompt_len + len(response)] = torch.tensor(response, dtype=torch.long)
+        attention_mask[i, prompt_len - len(prompt) : prompt_len + len(response)] = 1
+    logprobs = response_logprobs(model, input_ids.to(device), attention_mask.to(device), response_len, temperature)
+    return [logprobs[i, : len(r)] for i, r in enumerate(responses_ids)]
