@@ -15,8 +15,8 @@ in a ```python block that the sandbox runs with the board on stdin and whose pri
 proposal; in `tool_mode="compact"` it writes the list itself. The environment simulates the proposal on the
 current board (nothing is committed) and shows the plan agent where it leads. The plan agent then commits an
 action list: the moves are applied in order; an illegal move stops the list there (the moves before it stay
-applied); solving the puzzle or reaching a deadlock stops it too. A plan move, parsable or not, ends the turn. The episode is done when
-the puzzle is solved, a deadlock makes it unsolvable, or `max_turns` turns have passed.
+applied); solving the puzzle or reaching a deadlock stops it too. A plan move, parsable or not, ends the turn.
+The episode is done when the puzzle is solved, a deadlock makes it unsolvable, or `max_turns` turns have passed.
 
 Rewards. d(s) = optimal number of moves from position s to a solution (BFS); d0 = d(start); a move list that
 was read is simulated from the position s before it, stopping at an illegal move, the solution or a deadlock,

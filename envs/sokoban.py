@@ -16,13 +16,15 @@ or pushing a box into a wall or another box, is illegal (the list stops there).
 Rewards (the shared rule of `verl_mas_envs.grid`), d = optimal moves to solve from the table, d0 = d(start),
 s = position before the role's list, s' = where it ends after n applied moves:
 
-| role      | outcome                                        | team reward            | local reward              |
-|-----------|------------------------------------------------|------------------------|---------------------------|
-| tool      | list read (typed or printed), simulated only   | clip((d0 - d(s)) / d0) | as for plan, on the copy  |
-| tool/plan | unparsable; code mode: no code, program failed | (board unchanged)      | -0.5                      |
-| plan      | all boxes on goals                             | 1.0                    | 0.5 + 0.5 * d(s) / n      |
-| plan      | deadlock (s' not in the table): episode fails  | -1.0                   | -0.5                      |
-| plan      | otherwise                                      | clip((d0 - d(s')) / d0)| 0.5 * clip((d(s) - d(s')) / d(s)), -0.25 if it hit an illegal move |
+| role      | outcome                                        | team reward             | local reward                                 |
+|-----------|------------------------------------------------|-------------------------|----------------------------------------------|
+| tool      | list read (typed or printed), simulated only   | clip((d0 - d(s)) / d0)  | as for plan, on a copy                       |
+| tool/plan | unparsable; code mode: no code, program failed | (board unchanged)       | -0.5                                         |
+| plan      | all boxes on goals                             | 1.0                     | 0.5 + 0.5 * d(s) / n                         |
+| plan      | deadlock (s' not in the table): episode fails  | -1.0                    | -0.5                                         |
+| plan      | otherwise                                      | clip((d0 - d(s')) / d0) | 0.5 * clip((d(s) - d(s')) / d(s)) - 0.25 * i |
+
+i = 1 if the list hit an illegal move (it stopped there; the move counts as invalid), else 0.
 """
 
 from __future__ import annotations
@@ -142,7 +144,9 @@ class SokobanBoard:
         boxes = tuple(sorted(cell for cell, char in cells.items() if char in (BOX, BOX_ON_GOAL)))
         (player,) = (cell for cell, char in cells.items() if char in (PLAYER, PLAYER_ON_GOAL))
         start = SokobanPosition(player, boxes)
-        return cls(height, width, floor, goals, start, solvable_positions(floor, goals, SokobanConfig.max_solver_states))
+        return cls(
+            height, width, floor, goals, start, solvable_positions(floor, goals, SokobanConfig.max_solver_states)
+        )
 
     def render(self, position: SokobanPosition) -> str:
         goals = set(self.goals)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,7 +37,6 @@ class UpdateConfig:
     kl_type: str = "low_var_kl"
     temperature: float = 1.0  # the sampler's temperature: log-probs are of softmax(logits / temperature)
     shuffle_seed: int = 0
-    betas_field_check: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.ppo_epochs < 1:
@@ -48,4 +47,249 @@ class UpdateConfig:
                 raise ValueError(f"{name} must be >= 1 or None, got {value}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        self.betas = (float(self.betas[0]), float(self.betas[1]))
+
+    def actor_config(self) -> ActorConfig:
+        """The verl ActorConfig its policy-loss functions read (clip ratios, loss_agg_mode, global_batch_info).
+
+        Batching is PolicyTrainer's own; ActorConfig insists on a micro-batch size, which no loss function reads.
+        """
+        return ActorConfig(
+            strategy="local",
+            rollout_n=1,
+            ppo_micro_batch_size_per_gpu=1,
+            use_torch_compile=False,
+            clip_ratio=self.clip_ratio,
+            clip_ratio_low=self.clip_ratio_low,
+            clip_ratio_high=self.clip_ratio_high,
+            clip_ratio_c=self.clip_ratio_c,
+            loss_agg_mode=self.loss_agg_mode,
+            policy_loss=PolicyLossConfig(loss_mode=self.policy_loss_mode),
+            ppo_epochs=self.ppo_epochs,
+            use_kl_loss=self.use_kl_loss,
+            kl_loss_coef=self.kl_coef,
+            kl_loss_type=self.kl_type,
+        )
+
+
+class PolicyTrainer:
+    """Trains one policy: a whole model, or one LoRA adapter (`adapter_name`) of a peft model shared by policies.
+
+    With an adapter, every forward first activates it (peft's `set_adapter` also makes it the only trainable
+    adapter), and the optimizer holds that adapter's parameters only.
+    """
+
+    def __init__(self, model: torch.nn.Module, config: UpdateConfig, adapter_name: str | None = None) -> None:
+        self.model = model
+        self.config = config
+        self.adapter_name = adapter_name
+        self.activate()
+        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        if not self.parameters:
+            raise ValueError(f"PolicyTrainer({adapter_name!r}): the model has no trainable parameters")
+        self.optimizer = torch.optim.AdamW(
+            self.parameters, lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
+        )
+        self.generator = torch.Generator().manual_seed(config.shuffle_seed)
+        self.actor_config = config.actor_config()
+        self.policy_loss_fn = get_policy_loss_fn(config.policy_loss_mode)
+        self.optimizer_steps = 0
+
+    def activate(self) -> None:
+        """Route the shared model's forward through this policy's adapter (a no-op for a whole model)."""
+        if self.adapter_name is not None:
+            self.model.set_adapter(self.adapter_name)
+
+    @torch.no_grad()
+    def compute_logprobs(self, tensors: VerlBatchTensors) -> torch.Tensor:
+        """[N, R] log-probs of the responses under the current policy, on CPU, micro-batched like training."""
+        self.activate()
+        n = tensors.input_ids.shape[0]
+        micro = self.config.micro_batch_size or self.config.mini_batch_size or n
+        out = torch.zeros(tensors.response_mask.shape, dtype=torch.float32)
+        for start in range(0, n, micro):
+            rows = torch.arange(start, min(start + micro, n))
+            batch = _slice_rows(tensors, rows, self._device())
+            out[rows, : batch.response_length] = self._forward(batch).cpu()
+        return out
+
+    def step(
+        self, tensors: VerlBatchTensors, advantages: torch.Tensor, ref_logprobs: torch.Tensor | None = None
+    ) -> dict[str, float]:
+        """One policy update on this policy's samples: `ppo_epochs` passes over shuffled mini-batches.
+
+        Args:
+            tensors: the samples; `old_log_probs` None means "recompute them now, before any update" (on-policy).
+            advantages: [N, R], zero outside the response mask.
+            ref_logprobs: [N, R] reference-policy log-probs; required when `use_kl_loss`.
+
+        Returns:
+            Token-weighted means of verl's pg metrics (clipfrac, clipfrac_lower, approx_kl = ppo_kl), the mean over
+            optimizer steps of pg_loss and grad_norm, neg_logprob (mean -log p of the response tokens: an entropy
+            estimate when on-policy), kl_loss when used, lr, optimizer_steps and tokens.
+        """
+        n, r = tensors.response_mask.shape
+        if tuple(advantages.shape) != (n, r):
+            raise ValueError(f"advantages shape {tuple(advantages.shape)} != response shape {(n, r)}")
+        if self.config.use_kl_loss and ref_logprobs is None:
+            raise ValueError("use_kl_loss needs ref_logprobs")
+        old_logprobs = tensors.old_log_probs if tensors.old_log_probs is not None else self.compute_logprobs(tensors)
+        self.activate()
+        columns = {"old_log_probs": old_logprobs, "advantages": advantages}
+        if self.config.use_kl_loss:
+            columns["ref_logprobs"] = ref_logprobs
+        mini = self.config.mini_batch_size or n
+        tally = _MetricTally()
+        for _ in range(self.config.ppo_epochs):
+            order = torch.randperm(n, generator=self.generator)
+            for start in range(0, n, mini):
+                self._update_mini_batch(tensors, columns, order[start : start + mini], tally)
+        return tally.summary(lr=self.optimizer.param_groups[0]["lr"], optimizer_steps=self.optimizer_steps)
+
+    def _update_mini_batch(
+        self, tensors: VerlBatchTensors, columns: dict[str, torch.Tensor], rows: torch.Tensor, tally: _MetricTally
+    ) -> None:
+        mask = tensors.response_mask[rows]
+        num_tokens = int(mask.sum().item())
+        if num_tokens == 0:  # nothing to learn from (e.g. all responses empty): no optimizer step
+            return
+        # Each micro-batch's loss is its share of the mini-batch loss, as verl's ppo_loss does across dp ranks
+        # and micro-batches: normalise by the mini-batch's tokens / sequences, not the micro-batch's.
+        self.actor_config.global_batch_info.update(
+            dp_size=1,
+            batch_num_tokens=num_tokens,
+            global_batch_size=int((mask.sum(-1) > 0).sum().item()),
+            loss_scale_factor=None,
+        )
+        device = self._device()
+        micro = self.config.micro_batch_size or len(rows)
+        self.optimizer.zero_grad(set_to_none=True)
+        pg_loss_total = 0.0
+        for start in range(0, len(rows), micro):
+            micro_rows = rows[start : start + micro]
+            batch = _slice_rows(tensors, micro_rows, device, columns)
+            micro_tokens = int(batch.response_mask.sum().item())
+            if micro_tokens == 0:
+                continue
+            logprobs = self._forward(batch)
+            response_mask = batch.response_mask.bool()
+            pg_loss, pg_metrics = self.policy_loss_fn(
+                old_log_prob=batch.columns["old_log_probs"],
+                log_prob=logprobs,
+                advantages=batch.columns["advantages"],
+                response_mask=response_mask,
+                loss_agg_mode=self.config.loss_agg_mode,
+                config=self.actor_config,
+                rollout_is_weights=None,
+            )
+            loss = pg_loss
+            if self.config.use_kl_loss:
+                kld = kl_penalty(logprob=logprobs, ref_logprob=batch.columns["ref_logprobs"], kl_penalty=self.config.kl_type)
+                kl_loss = agg_loss(
+                    loss_mat=kld,
+                    loss_mask=response_mask,
+                    loss_agg_mode=self.config.loss_agg_mode,
+                    **self.actor_config.global_batch_info,
+                )
+                loss = loss + self.config.kl_coef * kl_loss
+                tally.add_mean("kl_loss", kl_loss.item(), micro_tokens)
+            loss.backward()
+            pg_loss_total += pg_loss.item()
+            tally.add_mean("clipfrac", pg_metrics["actor/pg_clipfrac"], micro_tokens)
+            tally.add_mean("clipfrac_lower", pg_metrics["actor/pg_clipfrac_lower"], micro_tokens)
+            tally.add_mean("approx_kl", pg_metrics["actor/ppo_kl"], micro_tokens)
+            neg_logprob = -(logprobs.detach() * batch.response_mask).sum().item() / micro_tokens
+            tally.add_mean("neg_logprob", neg_logprob, micro_tokens)
+        max_norm = self.config.grad_clip if self.config.grad_clip is not None else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, max_norm=max_norm)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+            self.optimizer_steps += 1
+        else:  # as verl does: a non-finite gradient skips the update instead of poisoning the weights
+            tally.skipped_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        tally.add_step(pg_loss=pg_loss_total, grad_norm=grad_norm.item())
+
+    def _forward(self, batch: _RowBatch) -> torch.Tensor:
+        return response_logprobs(
+            self.model, batch.input_ids, batch.attention_mask, batch.response_length, self.config.temperature
+        )
+
+    def _device(self) -> torch.device:
+        return self.parameters[0].device
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer state, shuffle-generator state and step count (model weights are saved with the model)."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "optimizer_steps": self.optimizer_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.optimizer_steps = int(state["optimizer_steps"])
+
+
+@dataclass
+class _RowBatch:
+    """Some rows of a VerlBatchTensors, trimmed to the columns they use, on the model's device."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    response_mask: torch.Tensor
+    response_length: int
+    columns: dict[str, torch.Tensor]
+
+
+def _slice_rows(
+    tensors: VerlBatchTensors,
+    rows: torch.Tensor,
+    device: torch.device,
+    columns: dict[str, torch.Tensor] | None = None,
+) -> _RowBatch:
+    """Select rows, then drop prompt columns that are padding in every row and response columns past the longest
+    response: padding changes nothing in the result, and skipping it saves compute on mixed-length batches."""
+    prompt_len = tensors.prompts.shape[1]
+    prompt_mask = tensors.attention_mask[rows, :prompt_len]
+    response_mask = tensors.response_mask[rows]
+    first_prompt_column = int((prompt_mask.sum(0) > 0).nonzero().min().item()) if prompt_mask.any() else prompt_len - 1
+    response_length = max(1, int(response_mask.sum(-1).max().item()))
+    keep = slice(first_prompt_column, prompt_len + response_length)
+    return _RowBatch(
+        input_ids=tensors.input_ids[rows, keep].to(device),
+        attention_mask=tensors.attention_mask[rows, keep].to(device),
+        response_mask=response_mask[:, :response_length].to(device),
+        response_length=response_length,
+        columns={name: value[rows, :response_length].to(device) for name, value in (columns or {}).items()},
+    )
+
+
+class _MetricTally:
+    """Accumulates token-weighted means and per-optimizer-step values over one `step` call."""
+
+    def __init__(self) -> None:
+        self.weighted_sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+        self.step_values: dict[str, list[float]] = {"pg_loss": [], "grad_norm": []}
+        self.tokens = 0
+        self.skipped_steps = 0
+
+    def add_mean(self, name: str, value: float, weight: int) -> None:
+        self.weighted_sums[name] = self.weighted_sums.get(name, 0.0) + value * weight
+        self.weights[name] = self.weights.get(name, 0.0) + weight
+        if name == "neg_logprob":
+            self.tokens += weight
+
+    def add_step(self, pg_loss: float, grad_norm: float) -> None:
+        self.step_values["pg_loss"].append(pg_loss)
+        self.step_values["grad_norm"].append(grad_norm)
+
+    def summary(self, lr: float, optimizer_steps: int) -> dict[str, float]:
+        metrics = {name: total / self.weights[name] for name, total in self.weighted_sums.items()}
+        for name, values in self.step_values.items():
+            metrics[name] = sum(values) / len(values) if values else 0.0
+        metrics.update(
+            lr=lr, tokens=float(self.tokens), optimizer_steps=float(optimizer_steps), skipped_steps=float(self.skipped_steps)
+        )
+        return metrics
