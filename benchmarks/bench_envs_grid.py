@@ -14,11 +14,10 @@ import random
 import time
 from pathlib import Path
 
+from verl_mas.env import Task
 from verl_mas_envs.grid import MOVES, GridPuzzleEnv
 from verl_mas_envs.plan_path import PlanPathEnv
 from verl_mas_envs.sokoban import SokobanEnv
-
-from verl_mas.env import Task
 
 TASKS = 300
 CLONES = 200_000

@@ -10,7 +10,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from mas_testkit import CounterEnv  # noqa: E402  (the test environment: cheap, deterministic)
-
 from verl_mas.env import Task  # noqa: E402
 from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_tasks  # noqa: E402
 from verl_mas.router import PolicyRouter  # noqa: E402
@@ -43,7 +42,9 @@ def main() -> None:
     assert samples == TASKS * K * 2 * TURNS
     per_sample_us = best / samples * 1e6
     print(f"{TASKS} tasks x K={K} x 2 roles x {TURNS} turns = {samples} samples")
-    print(f"rollout wall time (best of 5): {best * 1e3:.1f} ms; our CPU work per training sample: {per_sample_us:.1f} us")
+    print(
+        f"rollout wall time (best of 5): {best * 1e3:.1f} ms; our CPU work per training sample: {per_sample_us:.1f} us"
+    )
     out = Path(__file__).parent / "results" / "rollout.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"samples": samples, "seconds": best, "us_per_sample": per_sample_us}, indent=2))

@@ -45,15 +45,21 @@ def main() -> None:
         print(f"{name:>22}: {rate:7.1f} runs/s")
     out = Path(__file__).parent / "results" / "sandbox.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "program": CODE,
-        "runs_per_measurement": RUNS,
-        "runs_per_second": {k: round(v, 1) for k, v in figures.items()},
-        "cpus": os.cpu_count(),
-        "as_root": os.geteuid() == 0,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-    }, indent=2) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "program": CODE,
+                "runs_per_measurement": RUNS,
+                "runs_per_second": {k: round(v, 1) for k, v in figures.items()},
+                "cpus": os.cpu_count(),
+                "as_root": os.geteuid() == 0,
+                "python": sys.version.split()[0],
+                "platform": platform.platform(),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
 
 

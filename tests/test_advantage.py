@@ -134,7 +134,11 @@ def test_through_verl_compute_advantage_with_composite_uid():
     rewards, mask = outcome_rewards([1.0, 3.0, 4.0, 8.0], [2, 2, 2, 2])
     uid = np.array(["t0|a|0", "t0|a|0", "t0|b|0", "t0|b|0"], dtype=object)
     batch = DataProto.from_dict(
-        tensors={"token_level_rewards": rewards, "response_mask": mask, "responses": torch.zeros(4, 4, dtype=torch.long)},
+        tensors={
+            "token_level_rewards": rewards,
+            "response_mask": mask,
+            "responses": torch.zeros(4, 4, dtype=torch.long),
+        },
         non_tensors={"uid": uid},
     )
     config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0})

@@ -6,8 +6,8 @@ import asyncio
 import dataclasses
 
 import pytest
-from mas_testkit import ScriptedGenerator, spread_script
 
+from mas_testkit import ScriptedGenerator, spread_script
 from verl_mas.cli import main
 from verl_mas.demo import DemoConfig
 from verl_mas.env import Task
@@ -20,7 +20,11 @@ from verl_mas.scripted import ExpertMixPolicy
 
 def test_parse_overrides_nests_and_types_values():
     assert parse_overrides(["k=8", "env_options.size=6", "alpha=0.5", "env=sudoku", "flag=true"]) == {
-        "k": 8, "env_options": {"size": 6}, "alpha": 0.5, "env": "sudoku", "flag": True,
+        "k": 8,
+        "env_options": {"size": 6},
+        "alpha": 0.5,
+        "env": "sudoku",
+        "flag": True,
     }
     with pytest.raises(ValueError, match="not of the form key=value"):
         parse_overrides(["k8"])

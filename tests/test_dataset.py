@@ -8,10 +8,10 @@ import random
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from verl_mas_envs.sudoku import SudokuEnv  # noqa: F401  (registers "sudoku")
 
 from verl_mas.dataset import AGENT_NAME, read_tasks, task_rows, write_dataset
 from verl_mas.env import ENVS, MultiAgentEnv, StepResult, Task, Workflow, make_env, register_env, split_of
+from verl_mas_envs.sudoku import SudokuEnv  # noqa: F401  (registers "sudoku")
 
 
 class TinyEnv(MultiAgentEnv):

@@ -7,8 +7,8 @@ import copy
 import random
 
 import pytest
-from mas_testkit import CounterEnv, ScriptedGenerator, spread_script
 
+from mas_testkit import CounterEnv, ScriptedGenerator, spread_script
 from verl_mas.env import Task
 from verl_mas.rollout import RolloutConfig, rollout_task, rollout_tasks
 from verl_mas.router import PolicyRouter
@@ -75,9 +75,7 @@ def test_select_by_team_reward():
 
 def test_parallel_roles_score_against_the_same_state_then_apply_together():
     gen = ScriptedGenerator(spread_script)
-    [ep] = run(
-        [Task("t0", "counter", 0)], gen, RolloutConfig(k=5, max_turns=2), counter_factory(5, mode="parallel")
-    )
+    [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=5, max_turns=2), counter_factory(5, mode="parallel"))
     first_turn = gen.requests[:2]
     assert {r.role for r in first_turn} == {"a", "b"}
     assert all(r.messages[0]["content"].endswith("value=0 target=5 moves=0") for r in first_turn)
@@ -176,10 +174,17 @@ def test_generator_returning_wrong_count_is_an_error():
 
 def test_duplicate_task_uids_rejected():
     with pytest.raises(ValueError, match="unique"):
-        run([Task("t", "counter", 0), Task("t", "counter", 1)], ScriptedGenerator(spread_script), RolloutConfig(k=2), counter_factory(5))
+        run(
+            [Task("t", "counter", 0), Task("t", "counter", 1)],
+            ScriptedGenerator(spread_script),
+            RolloutConfig(k=2),
+            counter_factory(5),
+        )
 
 
-@pytest.mark.parametrize("kwargs, message", [({"k": 0}, "k must be"), ({"max_turns": 0}, "max_turns"), ({"select": "x"}, "select")])
+@pytest.mark.parametrize(
+    "kwargs, message", [({"k": 0}, "k must be"), ({"max_turns": 0}, "max_turns"), ({"select": "x"}, "select")]
+)
 def test_bad_rollout_config(kwargs, message):
     with pytest.raises(ValueError, match=message):
         RolloutConfig(**kwargs)

@@ -12,9 +12,18 @@ from verl_mas.sample import Sample, samples_to_tensors
 
 def make_sample(uid, role, turn, branch, prompt, response, reward, logprobs=None):
     return Sample(
-        task_uid=uid, role=role, turn=turn, branch=branch, policy="p", prompt_ids=tuple(prompt),
-        response_ids=tuple(response), logprobs=None if logprobs is None else tuple(logprobs),
-        team_reward=reward, local_reward=0.0, reward=reward, continued=branch == 0,
+        task_uid=uid,
+        role=role,
+        turn=turn,
+        branch=branch,
+        policy="p",
+        prompt_ids=tuple(prompt),
+        response_ids=tuple(response),
+        logprobs=None if logprobs is None else tuple(logprobs),
+        team_reward=reward,
+        local_reward=0.0,
+        reward=reward,
+        continued=branch == 0,
     )
 
 
@@ -38,7 +47,9 @@ def test_empty_response_keeps_its_reward_in_the_group():
     samples = [make_sample("t", "a", 0, 0, [1], [], 1.0), make_sample("t", "a", 0, 1, [1], [4], 3.0)]
     out = samples_to_tensors(samples, pad_token_id=0)
     assert out.response_mask[0].sum() == 0 and out.token_level_rewards[0, 0] == 1.0
-    adv, _ = compute_at_grpo_advantage(out.token_level_rewards, out.response_mask, out.uid, role=out.role, turn=out.turn)
+    adv, _ = compute_at_grpo_advantage(
+        out.token_level_rewards, out.response_mask, out.uid, role=out.role, turn=out.turn
+    )
     # mean 2, std sqrt(2): the empty sample still pulls the group mean; its own advantage is masked away
     assert adv[1, 0].item() == pytest.approx(1 / np.sqrt(2), rel=1e-5)
     assert adv[0].abs().sum().item() == 0

@@ -99,7 +99,9 @@ def test_cpu_limit_ends_busy_program_before_wall_limit() -> None:
 
 def test_sleeping_program_times_out_on_wall_clock() -> None:
     start = time.monotonic()
-    result = run_python("import time\nprint('started', flush=True)\ntime.sleep(100)", limits=SandboxLimits(wall_time_s=0.5))
+    result = run_python(
+        "import time\nprint('started', flush=True)\ntime.sleep(100)", limits=SandboxLimits(wall_time_s=0.5)
+    )
     assert result.timed_out
     assert result.stdout == "started\n"  # output produced before the kill is kept
     assert time.monotonic() - start < 2.5
@@ -108,12 +110,7 @@ def test_sleeping_program_times_out_on_wall_clock() -> None:
 def test_fork_bomb_is_bounded_and_leaves_no_survivors() -> None:
     marker = _marker()
     code = _name_processes(marker) + (
-        "import os\n"
-        "while True:\n"
-        "    try:\n"
-        "        os.fork()\n"
-        "    except OSError:\n"
-        "        pass\n"
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     )
     start = time.monotonic()
     result = run_python(code, limits=SandboxLimits(wall_time_s=2.0, max_processes=32))
@@ -238,7 +235,9 @@ def test_network_namespace_blocks_even_raw_sockets(listening_port: int) -> None:
     assert raw_line.startswith("raw connect failed"), raw_line
 
 
-def test_python_level_socket_block_without_network_namespace(monkeypatch: pytest.MonkeyPatch, listening_port: int) -> None:
+def test_python_level_socket_block_without_network_namespace(
+    monkeypatch: pytest.MonkeyPatch, listening_port: int
+) -> None:
     monkeypatch.setattr(sandbox, "_NET_NAMESPACE", False)
     result = run_python(_SOCKET_PROGRAM.format(port=listening_port))
     assert result.ok, result
@@ -258,7 +257,11 @@ def test_socketpair_and_asyncio_still_work() -> None:
 def test_child_cannot_kill_its_parent() -> None:
     code = (
         "import os, signal\n"
-        "for send in (lambda: os.kill(os.getppid(), signal.SIGKILL), lambda: os.killpg(os.getpgid(os.getppid()), signal.SIGKILL), lambda: os.kill(-1, signal.SIGKILL)):\n"
+        "parent = os.getppid()\n"
+        "attempts = (lambda: os.kill(parent, signal.SIGKILL),\n"
+        "            lambda: os.killpg(os.getpgid(parent), signal.SIGKILL),\n"
+        "            lambda: os.kill(-1, signal.SIGKILL))\n"
+        "for send in attempts:\n"
         "    try:\n"
         "        send()\n"
         "        print('sent')\n"

@@ -20,7 +20,9 @@ from verl_mas.scripted import ExpertMixPolicy
 @dataclass(frozen=True)
 class DemoConfig:
     env: str = "plan_path"
-    env_options: Mapping[str, Any] = field(default_factory=lambda: {"size": 6, "wall_ratio": 0.2, "tool_mode": "compact"})
+    env_options: Mapping[str, Any] = field(
+        default_factory=lambda: {"size": 6, "wall_ratio": 0.2, "tool_mode": "compact"}
+    )
     tasks: int = 8
     k: int = 4
     alpha: float = 1.0
@@ -49,7 +51,10 @@ def format_demo(results: list[EpisodeResult], metrics: dict[str, float]) -> str:
     )
     first_token_adv = advantages[:, 0].tolist()
     first = results[0]
-    lines = [f"Tree of {first.task.uid} (env {first.task.env}, seed {first.task.seed}); * marks the branch that continued", ""]
+    lines = [
+        f"Tree of {first.task.uid} (env {first.task.env}, seed {first.task.seed}); * marks the branch that continued",
+        "",
+    ]
     lines.append(f"{'turn':>4} {'role':<6} {'k':>2} {'team':>6} {'local':>6} {'reward':>7} {'adv':>7}  move")
     for i, s in enumerate(samples[: len(first.samples)]):
         move = s.text.replace("\n", " ")[:48]

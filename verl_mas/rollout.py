@@ -172,10 +172,12 @@ async def _tree_step(
     best_states: dict[str, tuple[MultiAgentEnv, str]] = {}
     for req, candidates in zip(requests, generations, strict=True):
         if len(candidates) != config.k:
-            raise RuntimeError(f"generate returned {len(candidates)} candidates for {req.request_id}, expected {config.k}")
+            raise RuntimeError(
+                f"generate returned {len(candidates)} candidates for {req.request_id}, expected {config.k}"
+            )
         # Each candidate is scored on its own clone of the same state, so rewards reflect that move alone.
         branches = [_guard(state.clone, task, "clone") for _ in candidates]
-        moves = [lambda b=b, g=g: b.step(req.role, g.text) for b, g in zip(branches, candidates, strict=True)]
+        moves = [lambda b=b, r=req.role, t=g.text: b.step(r, t) for b, g in zip(branches, candidates, strict=True)]
         what = f"step({req.role})"
         if state.blocking_step:
             steps = await asyncio.gather(*(asyncio.to_thread(_guard, move, task, what) for move in moves))
@@ -203,7 +205,14 @@ def _apply_joint(
 
 
 def _make_sample(
-    task: Task, req: GenerationRequest, turn: int, branch: int, gen: Generation, step: StepResult, reward: float, cont: bool
+    task: Task,
+    req: GenerationRequest,
+    turn: int,
+    branch: int,
+    gen: Generation,
+    step: StepResult,
+    reward: float,
+    cont: bool,
 ) -> Sample:
     return Sample(
         task_uid=task.uid,

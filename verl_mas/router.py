@@ -40,12 +40,16 @@ class PolicyRouter:
             elif spec == "per_role":
                 mapping = {role: role for role in roles}
             else:
-                raise ValueError(f"router: unknown spec {spec!r}; use 'shared', 'per_role' or a {{role: policy}} mapping")
+                raise ValueError(
+                    f"router: unknown spec {spec!r}; use 'shared', 'per_role' or a {{role: policy}} mapping"
+                )
         elif isinstance(spec, Mapping):
             mapping = {str(role): str(policy) for role, policy in spec.items()}
             unknown = [role for role in mapping if role not in roles]
             if unknown:
-                raise ValueError(f"router: unknown role(s) {unknown} in mapping; the environment's roles are {list(roles)}")
+                raise ValueError(
+                    f"router: unknown role(s) {unknown} in mapping; the environment's roles are {list(roles)}"
+                )
             missing = [role for role in roles if role not in mapping]
             if missing:
                 raise ValueError(f"router: role(s) {missing} have no policy; map every role of {list(roles)}")

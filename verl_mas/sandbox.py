@@ -233,7 +233,9 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits) -> Sandb
         close_fds=True,
     )
     try:
-        out, err, timed_out, truncated = _communicate(proc, stdin.encode("utf-8"), start + limits.wall_time_s, limits.max_output_bytes, uid)
+        out, err, timed_out, truncated = _communicate(
+            proc, stdin.encode("utf-8"), start + limits.wall_time_s, limits.max_output_bytes, uid
+        )
     finally:
         _kill_all(proc.pid, uid)  # before reaping: the zombie keeps the pgid from being reused
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
@@ -252,7 +254,9 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits) -> Sandb
     )
 
 
-def _communicate(proc: subprocess.Popen, data: bytes, deadline: float, cap: int, uid: int | None) -> tuple[bytes, bytes, bool, bool]:
+def _communicate(
+    proc: subprocess.Popen, data: bytes, deadline: float, cap: int, uid: int | None
+) -> tuple[bytes, bytes, bool, bool]:
     """Feed stdin and collect capped output until the child has exited and its pipes are closed.
 
     Returns (stdout, stderr, timed_out, truncated). When the child exits, its group is killed at

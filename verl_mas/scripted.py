@@ -36,7 +36,9 @@ class ExpertMixPolicy:
             )
         rng = random.Random(f"{self.seed}|{request.request_id}|{request.turn}")
         prompt_ids = byte_ids(render_messages(request.messages))
-        texts = [request.expert if rng.random() < self.skill else _corrupt(request.expert, rng) for _ in range(request.n)]
+        texts = [
+            request.expert if rng.random() < self.skill else _corrupt(request.expert, rng) for _ in range(request.n)
+        ]
         return [Generation(text=t, prompt_ids=prompt_ids, response_ids=byte_ids(t)) for t in texts]
 
 

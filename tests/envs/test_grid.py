@@ -7,6 +7,7 @@ import time
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from verl_mas_envs.grid import MAX_ACTIONS, bfs_distances, draw_board, extract_python, parse_actions, strip_thinking
 
 

@@ -7,10 +7,10 @@ import io
 import sys
 
 import pytest
-from verl_mas_envs.grid import IllegalMove
-from verl_mas_envs.plan_path import EXPERT_PROGRAM, PlanPathBoard, PlanPathEnv
 
 from verl_mas.env import Task, make_env, split_of
+from verl_mas_envs.grid import IllegalMove
+from verl_mas_envs.plan_path import EXPERT_PROGRAM, PlanPathBoard, PlanPathEnv
 
 # d(cell) by hand: (2,1)=1, (2,0)=2, (1,0)=3, (0,0)=4 (start), (0,1)=5.
 SMALL = """

@@ -7,10 +7,10 @@ import io
 import sys
 
 import pytest
-from verl_mas_envs.grid import IllegalMove
-from verl_mas_envs.sokoban import EXPERT_PROGRAM, SokobanBoard, SokobanEnv, SokobanPosition
 
 from verl_mas.env import Task, make_env, split_of
+from verl_mas_envs.grid import IllegalMove
+from verl_mas_envs.sokoban import EXPERT_PROGRAM, SokobanBoard, SokobanEnv, SokobanPosition
 
 # Open 4x4 room. Optimal by hand: 2 pushes (down, right) and 3 walking moves, e.g. R D L D R = 5 moves.
 ROOM = """

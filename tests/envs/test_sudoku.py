@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+
+from verl_mas.env import Task, make_env, split_of
 from verl_mas_envs.sudoku import (
     EXPERT_PROGRAM,
     INVALID_MOVE_PENALTY,
@@ -17,8 +19,6 @@ from verl_mas_envs.sudoku import (
     parse_grid,
     stdin_text,
 )
-
-from verl_mas.env import Task, make_env, split_of
 
 # A hand-built 4x4 puzzle: 6 givens, 10 empty cells.
 SOLUTION = ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (4, 3, 2, 1))
