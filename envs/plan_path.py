@@ -8,14 +8,15 @@ invalid). Reaching the goal solves the puzzle and ends the episode.
 Rewards (the shared rule of `verl_mas_envs.grid`), d = BFS distance to the goal (precomputed once per board),
 d0 = d(start), s = the agent's cell before the role's list, s' = where it ends after n applied moves:
 
-| role      | outcome                                        | team reward             | local reward                                 |
-|-----------|------------------------------------------------|-------------------------|----------------------------------------------|
-| tool      | list read (typed or printed), simulated only   | clip((d0 - d(s)) / d0)  | as for plan, on a copy                       |
-| tool/plan | unparsable; code mode: no code, program failed | (board unchanged)       | -0.5                                         |
-| plan      | reaches the goal                               | 1.0                     | 0.5 + 0.5 * d(s) / n                         |
-| plan      | otherwise                                      | clip((d0 - d(s')) / d0) | 0.5 * clip((d(s) - d(s')) / d(s)) - 0.25 * i |
+| role | outcome                             | team reward  | local reward                                 |
+|------|-------------------------------------|--------------|----------------------------------------------|
+| tool | moves read, simulated on a copy     | progress(s)  | what the plan would get for them             |
+| both | unparsable; no code; program failed | progress(s)  | -0.5                                         |
+| plan | reaches the goal                    | 1.0          | 0.5 + 0.5 * d(s) / n                         |
+| plan | otherwise                           | progress(s') | 0.5 * clip((d(s) - d(s')) / d(s)) - 0.25 * i |
 
-i = 1 if the list hit a wall or the edge (it stopped there; the move counts as invalid), else 0.
+progress(x) = clip((d0 - d(x)) / d0) with clip to [-1, 1]; i = 1 if the list hit a wall or the edge (it stopped there;
+that move counts as invalid), else 0.
 """
 
 from __future__ import annotations

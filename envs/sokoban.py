@@ -16,15 +16,16 @@ or pushing a box into a wall or another box, is illegal (the list stops there).
 Rewards (the shared rule of `verl_mas_envs.grid`), d = optimal moves to solve from the table, d0 = d(start),
 s = position before the role's list, s' = where it ends after n applied moves:
 
-| role      | outcome                                        | team reward             | local reward                                 |
-|-----------|------------------------------------------------|-------------------------|----------------------------------------------|
-| tool      | list read (typed or printed), simulated only   | clip((d0 - d(s)) / d0)  | as for plan, on a copy                       |
-| tool/plan | unparsable; code mode: no code, program failed | (board unchanged)       | -0.5                                         |
-| plan      | all boxes on goals                             | 1.0                     | 0.5 + 0.5 * d(s) / n                         |
-| plan      | deadlock (s' not in the table): episode fails  | -1.0                    | -0.5                                         |
-| plan      | otherwise                                      | clip((d0 - d(s')) / d0) | 0.5 * clip((d(s) - d(s')) / d(s)) - 0.25 * i |
+| role | outcome                             | team reward  | local reward                                 |
+|------|-------------------------------------|--------------|----------------------------------------------|
+| tool | moves read, simulated on a copy     | progress(s)  | what the plan would get for them             |
+| both | unparsable; no code; program failed | progress(s)  | -0.5                                         |
+| plan | all boxes on goals                  | 1.0          | 0.5 + 0.5 * d(s) / n                         |
+| plan | deadlock: the episode fails         | -1.0         | -0.5                                         |
+| plan | otherwise                           | progress(s') | 0.5 * clip((d(s) - d(s')) / d(s)) - 0.25 * i |
 
-i = 1 if the list hit an illegal move (it stopped there; the move counts as invalid), else 0.
+progress(x) = clip((d0 - d(x)) / d0) with clip to [-1, 1]; i = 1 if the list hit an illegal move (it stopped there;
+that move counts as invalid), else 0.
 """
 
 from __future__ import annotations

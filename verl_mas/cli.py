@@ -1,4 +1,4 @@
-"""The `verl-mas` command: demo, data, envs."""
+"""The `verl-mas` command: demo, train, data, envs."""
 
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ verl-mas: multi-agent AT-GRPO for verl
   verl-mas demo [key=value ...]   one AT-GRPO batch on a scripted policy: prints the tree and advantages
                                   keys: env, env_options.<name>, tasks, k, alpha, skill, seed, router
                                   e.g.  verl-mas demo env=sudoku env_options='{size: 4, tool_mode: compact}'
+  verl-mas train [key=value ...]  local AT-GRPO training (tiny model on CPU by default): warm start,
+                                  evaluation before and after, metrics.jsonl and learning_curve.png
+                                  keys: env, env_options.<name>, router, k, alpha, grouping, steps,
+                                  tasks_per_step, eval_tasks, eval_every, seed, output_dir,
+                                  model.<path|hidden|layers|heads|vocab_size>, warm_start.<...>,
+                                  sampling.<temperature|top_p|top_k|max_new_tokens>, update.<lr|clip_ratio|...>
   verl-mas data --env NAME --out DIR [--train N] [--eval N] [--seed S] [key=value ...]
                                   write train.parquet / eval.parquet in verl's row format
                                   (key=value pairs are environment options, e.g. size=6)
@@ -26,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="one AT-GRPO batch on a scripted policy")
     demo.add_argument("overrides", nargs="*", help="key=value overrides of the demo config")
+    train = sub.add_parser("train", help="local AT-GRPO training")
+    train.add_argument("overrides", nargs="*", help="key=value overrides of the training config")
     data = sub.add_parser("data", help="write train/eval parquet files for an environment")
     data.add_argument("--env", required=True)
     data.add_argument("--out", required=True, type=Path)
@@ -49,6 +57,19 @@ def _dispatch(args: argparse.Namespace) -> int:
         config = apply_overrides(DemoConfig(), parse_overrides(args.overrides))
         results, metrics = run_demo(config)
         print(format_demo(results, metrics))
+    elif args.command == "train":
+        from verl_mas.local.train import LocalTrainConfig, train
+
+        overrides = parse_overrides(args.overrides)
+        sampling_temperature = overrides.get("sampling", {}).get("temperature")
+        if sampling_temperature is not None:  # the update must score what was sampled
+            overrides.setdefault("update", {}).setdefault("temperature", sampling_temperature)
+        config = apply_overrides(LocalTrainConfig(), overrides)
+        summary = train(config)
+        print(
+            f"held-out success: {summary.eval_success_before:.3f} before RL -> {summary.eval_success_after:.3f} "
+            f"after {summary.steps} steps; outputs in {summary.output_dir}"
+        )
     elif args.command == "data":
         from verl_mas.dataset import write_dataset
 

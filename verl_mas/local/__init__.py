@@ -1,1 +1,1 @@
-"""Local engine: a tokenizer trained in seconds, tiny or loaded causal LMs, a batching sampler and log-prob recompute."""
+"""Local engine: a tokenizer trained in seconds, tiny or loaded causal LMs, batched sampling, log-prob recompute."""

@@ -275,7 +275,9 @@ class BatchingGenerator:
         eos_ids = eos_token_ids(policy.model, tokenizer)
         rows: list[tuple[int, tuple[int, ...]]] = []  # (item index, prompt ids), n rows per request
         for index, item in enumerate(items):
-            text = tokenizer.apply_chat_template(list(item.request.messages), add_generation_prompt=True, tokenize=False)
+            text = tokenizer.apply_chat_template(
+                list(item.request.messages), add_generation_prompt=True, tokenize=False
+            )
             prompt_ids = tuple(tokenizer.encode(text, add_special_tokens=False))
             rows.extend((index, prompt_ids) for _ in range(item.request.n))
         results: list[list[Generation]] = [[] for _ in items]

@@ -44,6 +44,8 @@ def build_tiny_model(
     return model.to(torch.float32)
 
 
-def load_model(path_or_name: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> PreTrainedModel:
+def load_model(
+    path_or_name: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> PreTrainedModel:
     """Load any HF causal LM (a local directory, or a hub name already in the local cache)."""
     return AutoModelForCausalLM.from_pretrained(path_or_name, dtype=dtype).to(device)

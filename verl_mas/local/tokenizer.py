@@ -29,7 +29,7 @@ BYTE_ALPHABET_SIZE = 256
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, min_frequency: int = 2) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE on `texts`. Byte-level means any text encodes (no unknown token) and decodes back exactly."""
+    """Train a byte-level BPE on `texts`: any text encodes (no unknown token) and decodes back exactly."""
     smallest = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
     if vocab_size < smallest:
         raise ValueError(f"tokenizer vocab_size must be >= {smallest} (256 bytes + special tokens), got {vocab_size}")

@@ -125,7 +125,8 @@ class PolicyTrainer:
         Returns:
             Token-weighted means of verl's pg metrics (clipfrac, clipfrac_lower, approx_kl = ppo_kl), the mean over
             optimizer steps of pg_loss and grad_norm, neg_logprob (mean -log p of the response tokens: an entropy
-            estimate when on-policy), kl_loss when used, lr, optimizer_steps and tokens.
+            estimate when on-policy), kl_loss when used, lr, tokens, skipped_steps (non-finite gradients) and
+            optimizer_steps (the trainer's running total). Loss metrics are absent when no sample has a response token.
         """
         n, r = tensors.response_mask.shape
         if tuple(advantages.shape) != (n, r):
@@ -163,7 +164,8 @@ class PolicyTrainer:
         device = self._device()
         micro = self.config.micro_batch_size or len(rows)
         self.optimizer.zero_grad(set_to_none=True)
-        pg_loss_total = 0.0
+        # Micro-batch losses are shares of the mini-batch loss: their sums are the mini-batch values.
+        pg_loss_total = kl_loss_total = 0.0
         for start in range(0, len(rows), micro):
             micro_rows = rows[start : start + micro]
             batch = _slice_rows(tensors, micro_rows, device, columns)
@@ -183,7 +185,9 @@ class PolicyTrainer:
             )
             loss = pg_loss
             if self.config.use_kl_loss:
-                kld = kl_penalty(logprob=logprobs, ref_logprob=batch.columns["ref_logprobs"], kl_penalty=self.config.kl_type)
+                kld = kl_penalty(
+                    logprob=logprobs, ref_logprob=batch.columns["ref_logprobs"], kl_penalty=self.config.kl_type
+                )
                 kl_loss = agg_loss(
                     loss_mat=kld,
                     loss_mask=response_mask,
@@ -191,9 +195,10 @@ class PolicyTrainer:
                     **self.actor_config.global_batch_info,
                 )
                 loss = loss + self.config.kl_coef * kl_loss
-                tally.add_mean("kl_loss", kl_loss.item(), micro_tokens)
+                kl_loss_total += kl_loss.item()
             loss.backward()
             pg_loss_total += pg_loss.item()
+            tally.tokens += micro_tokens
             tally.add_mean("clipfrac", pg_metrics["actor/pg_clipfrac"], micro_tokens)
             tally.add_mean("clipfrac_lower", pg_metrics["actor/pg_clipfrac_lower"], micro_tokens)
             tally.add_mean("approx_kl", pg_metrics["actor/ppo_kl"], micro_tokens)
@@ -207,7 +212,10 @@ class PolicyTrainer:
         else:  # as verl does: a non-finite gradient skips the update instead of poisoning the weights
             tally.skipped_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
-        tally.add_step(pg_loss=pg_loss_total, grad_norm=grad_norm.item())
+        tally.add_step("pg_loss", pg_loss_total)
+        tally.add_step("grad_norm", grad_norm.item())
+        if self.config.use_kl_loss:
+            tally.add_step("kl_loss", kl_loss_total)
 
     def _forward(self, batch: _RowBatch) -> torch.Tensor:
         return response_logprobs(
@@ -271,25 +279,25 @@ class _MetricTally:
     def __init__(self) -> None:
         self.weighted_sums: dict[str, float] = {}
         self.weights: dict[str, float] = {}
-        self.step_values: dict[str, list[float]] = {"pg_loss": [], "grad_norm": []}
+        self.step_values: dict[str, list[float]] = {}
         self.tokens = 0
         self.skipped_steps = 0
 
     def add_mean(self, name: str, value: float, weight: int) -> None:
         self.weighted_sums[name] = self.weighted_sums.get(name, 0.0) + value * weight
         self.weights[name] = self.weights.get(name, 0.0) + weight
-        if name == "neg_logprob":
-            self.tokens += weight
 
-    def add_step(self, pg_loss: float, grad_norm: float) -> None:
-        self.step_values["pg_loss"].append(pg_loss)
-        self.step_values["grad_norm"].append(grad_norm)
+    def add_step(self, name: str, value: float) -> None:
+        self.step_values.setdefault(name, []).append(value)
 
     def summary(self, lr: float, optimizer_steps: int) -> dict[str, float]:
         metrics = {name: total / self.weights[name] for name, total in self.weighted_sums.items()}
         for name, values in self.step_values.items():
-            metrics[name] = sum(values) / len(values) if values else 0.0
+            metrics[name] = sum(values) / len(values)
         metrics.update(
-            lr=lr, tokens=float(self.tokens), optimizer_steps=float(optimizer_steps), skipped_steps=float(self.skipped_steps)
+            lr=lr,
+            tokens=float(self.tokens),
+            optimizer_steps=float(optimizer_steps),
+            skipped_steps=float(self.skipped_steps),
         )
         return metrics

@@ -1,0 +1,248 @@
+"""PolicyTrainer: verl's PPO loss on hand-checkable batches, padding and micro-batch invariance, LoRA isolation."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from verl_mas.local.update import PolicyTrainer, UpdateConfig
+from verl_mas.sample import Sample, VerlBatchTensors, samples_to_tensors
+
+PAD = 0
+
+
+def tiny_model(seed: int = 0) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=128,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+def sample(prompt: list[int], response: list[int]) -> Sample:
+    return Sample(
+        task_uid="t",
+        role="r",
+        turn=0,
+        branch=0,
+        policy="p",
+        prompt_ids=tuple(prompt),
+        response_ids=tuple(response),
+        logprobs=None,
+        team_reward=0.0,
+        local_reward=0.0,
+        reward=0.0,
+        continued=False,
+    )
+
+
+def batch(rows: list[tuple[list[int], list[int]]]) -> VerlBatchTensors:
+    return samples_to_tensors([sample(p, r) for p, r in rows], pad_token_id=PAD)
+
+
+def spread(tensors: VerlBatchTensors, per_sample: list[float]) -> torch.Tensor:
+    """Advantages as the estimator lays them out: one value per sample over its response tokens."""
+    return torch.tensor(per_sample).unsqueeze(-1) * tensors.response_mask
+
+
+def with_old_logprobs(tensors: VerlBatchTensors, old: torch.Tensor) -> VerlBatchTensors:
+    return dataclasses.replace(tensors, old_log_probs=old)
+
+
+def response_sums(trainer: PolicyTrainer, tensors: VerlBatchTensors) -> torch.Tensor:
+    return (trainer.compute_logprobs(tensors) * tensors.response_mask).sum(-1)
+
+
+def step_gradients(
+    trainer: PolicyTrainer, tensors: VerlBatchTensors, advantages: torch.Tensor
+) -> tuple[dict[str, float], list[torch.Tensor]]:
+    """Run `step` and capture each trainable parameter's accumulated gradient before clipping and the update."""
+    captured: dict[int, torch.Tensor] = {}
+    hooks = [
+        p.register_post_accumulate_grad_hook(lambda p, i=i: captured.__setitem__(i, p.grad.detach().clone()))
+        for i, p in enumerate(trainer.parameters)
+    ]
+    try:
+        metrics = trainer.step(tensors, advantages)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return metrics, [captured[i] for i in range(len(trainer.parameters))]
+
+
+ROWS = [([1, 2, 3], [4, 5]), ([7], [8, 9, 10]), ([3, 3, 3, 3], [11])]
+
+
+def test_on_policy_first_step_loss_is_minus_mean_advantage() -> None:
+    trainer = PolicyTrainer(tiny_model(), UpdateConfig(lr=1e-3))
+    tensors = batch(ROWS)
+    tensors = with_old_logprobs(tensors, trainer.compute_logprobs(tensors))
+    metrics = trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]))
+    # ratio 1 everywhere: token-mean loss = -(2 * 1 + 3 * -1 + 1 * 0.5) / 6 tokens
+    assert metrics["pg_loss"] == pytest.approx(0.5 / 6, abs=1e-6)
+    assert metrics["clipfrac"] == 0.0
+    assert metrics["approx_kl"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["tokens"] == 6 and metrics["optimizer_steps"] == 1
+
+
+def test_missing_old_logprobs_are_recomputed_on_policy() -> None:
+    trainer = PolicyTrainer(tiny_model(), UpdateConfig(lr=1e-3))
+    tensors = batch(ROWS)
+    assert tensors.old_log_probs is None
+    metrics = trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]))
+    assert metrics["pg_loss"] == pytest.approx(0.5 / 6, abs=1e-6)
+    assert metrics["clipfrac"] == 0.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_step_raises_positive_and_lowers_negative_advantage_logprobs(seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(1, 64, (4,), generator=generator).tolist()
+    responses = [torch.randint(1, 64, (3,), generator=generator).tolist() for _ in range(2)]
+    trainer = PolicyTrainer(tiny_model(seed), UpdateConfig(lr=1e-3))
+    tensors = batch([(prompt, responses[0]), (prompt, responses[1])])
+    before = response_sums(trainer, tensors)
+    trainer.step(tensors, spread(tensors, [1.0, -1.0]))
+    after = response_sums(trainer, tensors)
+    assert after[0] > before[0]
+    assert after[1] < before[1]
+
+
+def ppo_token_loss(advantage: float, ratio: float, clip: float = 0.2, clip_c: float = 3.0) -> float:
+    """PPO's clipped token loss, with the dual clip (bound -A * c) on negative advantages."""
+    loss = max(-advantage * ratio, -advantage * min(max(ratio, 1 - clip), 1 + clip))
+    return min(loss, -advantage * clip_c) if advantage < 0 else loss
+
+
+@pytest.mark.parametrize(
+    ("advantage", "ratio", "clipped", "dual_clipped"),
+    [(1.0, 2.0, True, False), (-1.0, 0.5, True, False), (-1.0, 4.0, False, True), (1.0, 1.1, False, False)],
+)
+def test_clipped_loss_matches_formula_on_one_token(advantage: float, ratio: float, clipped: bool, dual_clipped: bool):
+    trainer = PolicyTrainer(tiny_model(), UpdateConfig(lr=1e-3))
+    tensors = batch([([5, 6], [7])])
+    # old = current - log(ratio), so that exp(current - old) = ratio
+    tensors = with_old_logprobs(tensors, trainer.compute_logprobs(tensors) - math.log(ratio))
+    metrics = trainer.step(tensors, spread(tensors, [advantage]))
+    assert metrics["pg_loss"] == pytest.approx(ppo_token_loss(advantage, ratio), abs=1e-5)
+    assert metrics["clipfrac"] == (1.0 if clipped else 0.0)
+    assert metrics["clipfrac_lower"] == (1.0 if dual_clipped else 0.0)
+    assert metrics["approx_kl"] == pytest.approx(-math.log(ratio), abs=1e-5)
+
+
+def widen(tensors: VerlBatchTensors, extra_prompt: int, extra_response: int) -> VerlBatchTensors:
+    """The same samples with more left padding on prompts and more right padding on responses."""
+    n = tensors.prompts.shape[0]
+    prompts = torch.cat([torch.full((n, extra_prompt), PAD), tensors.prompts], dim=1)
+    responses = torch.cat([tensors.responses, torch.full((n, extra_response), PAD)], dim=1)
+    prompt_len = tensors.prompts.shape[1]
+    prompt_mask = torch.cat([torch.zeros(n, extra_prompt, dtype=torch.long), tensors.attention_mask[:, :prompt_len]], 1)
+    response_mask = torch.cat([tensors.response_mask, torch.zeros(n, extra_response)], dim=1)
+    return dataclasses.replace(
+        tensors,
+        prompts=prompts,
+        responses=responses,
+        input_ids=torch.cat([prompts, responses], dim=1),
+        attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
+        response_mask=response_mask,
+        token_level_rewards=torch.cat([tensors.token_level_rewards, torch.zeros(n, extra_response)], dim=1),
+    )
+
+
+def test_padding_width_changes_neither_loss_nor_gradients() -> None:
+    model = tiny_model()
+    narrow = batch(ROWS)
+    wide = widen(narrow, extra_prompt=3, extra_response=4)
+    advantages = [1.0, -1.0, 0.5]
+    narrow_metrics, narrow_grads = step_gradients(
+        PolicyTrainer(copy.deepcopy(model), UpdateConfig()), narrow, spread(narrow, advantages)
+    )
+    wide_metrics, wide_grads = step_gradients(
+        PolicyTrainer(copy.deepcopy(model), UpdateConfig()), wide, spread(wide, advantages)
+    )
+    assert wide_metrics["pg_loss"] == pytest.approx(narrow_metrics["pg_loss"], abs=1e-6)
+    for narrow_grad, wide_grad in zip(narrow_grads, wide_grads, strict=True):
+        torch.testing.assert_close(wide_grad, narrow_grad, atol=1e-5, rtol=1e-4)
+
+
+def test_logprobs_of_a_sample_do_not_depend_on_its_batch_mates() -> None:
+    trainer = PolicyTrainer(tiny_model(), UpdateConfig())
+    together = trainer.compute_logprobs(batch(ROWS))
+    for i, row in enumerate(ROWS):
+        alone = trainer.compute_logprobs(batch([row]))
+        length = len(row[1])
+        torch.testing.assert_close(together[i, :length], alone[0, :length], atol=1e-5, rtol=1e-5)
+
+
+def test_micro_batch_accumulation_matches_full_batch_gradients() -> None:
+    model = tiny_model()
+    tensors = batch(ROWS + [([9, 8], [7, 6, 5, 4])])
+    advantages = spread(tensors, [1.0, -1.0, 0.5, -0.5])
+    full_metrics, full_grads = step_gradients(PolicyTrainer(copy.deepcopy(model), UpdateConfig()), tensors, advantages)
+    micro_trainer = PolicyTrainer(copy.deepcopy(model), UpdateConfig(micro_batch_size=1))
+    micro_metrics, micro_grads = step_gradients(micro_trainer, tensors, advantages)
+    assert micro_metrics["pg_loss"] == pytest.approx(full_metrics["pg_loss"], abs=1e-6)
+    for full_grad, micro_grad in zip(full_grads, micro_grads, strict=True):
+        torch.testing.assert_close(micro_grad, full_grad, atol=1e-5, rtol=0)
+
+
+def test_mini_batches_take_one_optimizer_step_each_per_epoch() -> None:
+    trainer = PolicyTrainer(tiny_model(), UpdateConfig(mini_batch_size=2, micro_batch_size=1, ppo_epochs=2))
+    tensors = batch(ROWS)
+    metrics = trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]))
+    assert metrics["optimizer_steps"] == 4  # 2 epochs x ceil(3 / 2) mini-batches
+    assert metrics["tokens"] == 12  # each epoch sees all 6 response tokens
+
+
+@pytest.mark.parametrize("micro_batch_size", [None, 1])
+def test_kl_loss_uses_reference_logprobs(micro_batch_size: int | None) -> None:
+    config = UpdateConfig(use_kl_loss=True, kl_coef=0.1, kl_type="low_var_kl", micro_batch_size=micro_batch_size)
+    trainer = PolicyTrainer(tiny_model(), config)
+    tensors = batch(ROWS)
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]))
+    reference = trainer.compute_logprobs(tensors)
+    # k3 estimator with ref = current - 1 on every token: exp(-1) - (-1) - 1
+    metrics = trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]), ref_logprobs=reference - 1.0)
+    assert metrics["kl_loss"] == pytest.approx(math.exp(-1.0), abs=1e-5)
+
+
+def lora_two_adapters():
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    model = get_peft_model(tiny_model(), lora, adapter_name="coder")
+    model.add_adapter("tester", lora)
+    return model
+
+
+def test_lora_trainer_changes_only_its_own_adapter() -> None:
+    model = lora_two_adapters()
+    coder_trainer = PolicyTrainer(model, UpdateConfig(lr=1e-2), adapter_name="coder")
+    tester_trainer = PolicyTrainer(model, UpdateConfig(lr=1e-2), adapter_name="tester")
+    coder_params = {name for name, p in model.named_parameters() if "lora_" in name and ".coder." in name}
+    trainable_by_coder = {name for name, p in model.named_parameters() if any(p is q for q in coder_trainer.parameters)}
+    assert trainable_by_coder == coder_params
+    tensors = batch(ROWS)
+    tester_logprobs_before = tester_trainer.compute_logprobs(tensors)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    for _ in range(2):  # the second step moves lora_A too (lora_B starts at zero)
+        coder_trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]))
+    after = {name: p.detach().clone() for name, p in model.named_parameters()}
+    assert {name for name in before if not torch.equal(before[name], after[name])} == coder_params
+    # the tester adapter still routes through its untouched weights
+    torch.testing.assert_close(tester_trainer.compute_logprobs(tensors), tester_logprobs_before, atol=0, rtol=0)
+    tester_trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]))
+    changed_by_tester = {name for name, p in model.named_parameters() if not torch.equal(p, after[name])}
+    assert changed_by_tester and all(".tester." in name for name in changed_by_tester)

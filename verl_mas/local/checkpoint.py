@@ -1,0 +1,134 @@
+"""Checkpoints of the local engine: model weights, trainer (optimizer + shuffle generator) states, step, RNG states."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl_mas.local.update import PolicyTrainer
+
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+_META_FILE = "meta.json"  # written last inside the tmp dir: a step_* dir without it is not a checkpoint
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """What `load_checkpoint` restored besides the objects it filled in place."""
+
+    path: Path
+    step: int
+    extra: dict[str, Any]
+
+
+def save_checkpoint(
+    root: str | Path,
+    step: int,
+    models: Mapping[str, torch.nn.Module],
+    trainers: Mapping[str, PolicyTrainer],
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write `root/step_{step:08d}` atomically: everything goes to a tmp dir that is renamed into place.
+
+    Args:
+        root: the checkpoint folder (created if missing).
+        step: the training step this checkpoint follows.
+        models: named models; a base model shared by LoRA trainers is listed once.
+        trainers: named PolicyTrainers (optimizer state, shuffle generator, optimizer-step count).
+        extra: JSON-serialisable caller state (e.g. a data cursor), returned by `load_checkpoint`.
+
+    Returns:
+        The checkpoint directory.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:08d}"
+    tmp = root / f".tmp_step_{step:08d}_{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    for name, model in models.items():
+        torch.save(model.state_dict(), tmp / f"model_{_safe(name)}.pt")
+    for name, trainer in trainers.items():
+        torch.save(trainer.state_dict(), tmp / f"trainer_{_safe(name)}.pt")
+    torch.save(_rng_state(), tmp / "rng.pt")
+    meta = {"step": step, "models": sorted(models), "trainers": sorted(trainers), "extra": dict(extra or {})}
+    (tmp / _META_FILE).write_text(json.dumps(meta, indent=2))
+    if final.exists():  # re-saving a step: move the old one aside so the rename below cannot fail half-way
+        stale = root / f".stale_step_{step:08d}_{os.getpid()}"
+        final.rename(stale)
+        shutil.rmtree(stale)
+    tmp.rename(final)
+    return final
+
+
+def load_checkpoint(
+    path: str | Path,
+    models: Mapping[str, torch.nn.Module],
+    trainers: Mapping[str, PolicyTrainer],
+) -> LoadedCheckpoint:
+    """Fill `models` and `trainers` (same names as saved) from a checkpoint dir and restore the global RNGs.
+
+    Build the trainers before loading (their optimizers must exist to receive state); restoring the RNGs last
+    means that nothing done while loading shifts the random streams the run continues with.
+    """
+    path = Path(path)
+    meta = json.loads((path / _META_FILE).read_text())
+    for kind, given in (("models", models), ("trainers", trainers)):
+        if sorted(given) != meta[kind]:
+            raise ValueError(f"checkpoint {path} holds {kind} {meta[kind]}, got {sorted(given)}")
+    for name, model in models.items():
+        model.load_state_dict(torch.load(path / f"model_{_safe(name)}.pt", map_location="cpu", weights_only=True))
+    for name, trainer in trainers.items():
+        trainer.load_state_dict(torch.load(path / f"trainer_{_safe(name)}.pt", map_location="cpu", weights_only=True))
+    _set_rng_state(torch.load(path / "rng.pt", weights_only=True))
+    return LoadedCheckpoint(path=path, step=int(meta["step"]), extra=meta["extra"])
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    """The complete checkpoint with the highest step under `root`, or None (tmp and unfinished dirs are skipped)."""
+    root = Path(root)
+    if not root.is_dir():
+        return None
+    complete = [
+        (int(match.group(1)), child)
+        for child in root.iterdir()
+        if (match := _STEP_DIR.match(child.name)) and (child / _META_FILE).is_file()
+    ]
+    return max(complete)[1] if complete else None
+
+
+def _safe(name: str) -> str:
+    """A file-name-safe rendering of a model or policy name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _rng_state() -> dict[str, Any]:
+    # numpy's key array travels as a tensor so that the file loads with weights_only=True.
+    bit_generator, key, pos, has_gauss, cached_gaussian = np.random.get_state(legacy=True)
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": (bit_generator, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, cached_gaussian),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    bit_generator, key, pos, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((bit_generator, key.numpy().astype(np.uint32), pos, has_gauss, cached_gaussian))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
