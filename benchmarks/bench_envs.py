@@ -79,7 +79,12 @@ def main() -> None:
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     machine = {"python": platform.python_version(), "processor": platform.processor() or platform.machine()}
-    settings = {"tasks": TASKS, "clones": CLONES, "tool_mode": "compact", "boards": "reference (10x10/22%, 6x6/1 box); sudoku 4x4, 9x9"}
+    settings = {
+        "tasks": TASKS,
+        "clones": CLONES,
+        "tool_mode": "compact",
+        "boards": "reference (10x10/22%, 6x6/1 box); sudoku 4x4, 9x9",
+    }
     RESULTS.write_text(json.dumps({"machine": machine, "settings": settings, "results": results}, indent=2) + "\n")
 
 
