@@ -9,8 +9,9 @@ import math
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
+from verl_mas.local.model import build_tiny_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
 from verl_mas.sample import Sample, VerlBatchTensors, samples_to_tensors
 
@@ -18,18 +19,7 @@ PAD = 0
 
 
 def tiny_model(seed: int = 0) -> LlamaForCausalLM:
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        max_position_embeddings=128,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return LlamaForCausalLM(config)
+    return build_tiny_model(vocab_size=64, hidden=32, layers=2, heads=4, max_positions=128, seed=seed, intermediate=64)
 
 
 def sample(prompt: list[int], response: list[int]) -> Sample:
