@@ -26,6 +26,11 @@ def test_parse_overrides_nests_and_types_values():
         "env": "sudoku",
         "flag": True,
     }
+    assert parse_overrides(["update.lr=3e-5", "name=3e-5x", "n=inf"]) == {
+        "update": {"lr": 3e-5},
+        "name": "3e-5x",
+        "n": float("inf"),
+    }
     with pytest.raises(ValueError, match="not of the form key=value"):
         parse_overrides(["k8"])
 

@@ -22,6 +22,7 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
             value = yaml.safe_load(raw) if raw else ""
         except yaml.YAMLError as exc:
             raise ValueError(f"override {item!r}: cannot parse value: {exc}") from exc
+        value = _number_or_same(value)
         node = tree
         parts = key.split(".")
         for part in parts[:-1]:
@@ -30,6 +31,16 @@ def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
                 raise ValueError(f"override {item!r}: {part!r} is already set to a value")
         node[parts[-1]] = value
     return tree
+
+
+def _number_or_same(value: Any) -> Any:
+    """YAML 1.1 reads `3e-5` (no dot) as a string; a user writing it means the number."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def apply_overrides(config: C, overrides: Mapping[str, Any], path: str = "") -> C:
