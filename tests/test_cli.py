@@ -48,7 +48,7 @@ def test_apply_overrides_merges_mappings_and_names_bad_keys():
 def test_demo_prints_tree_and_metrics(capsys):
     assert main(["demo", "tasks=2", "k=3", "seed=1"]) == 0
     out = capsys.readouterr().out
-    assert "Tree of task0" in out and "rollout/success" in out
+    assert "Tree of verl_mas/plan_path/train/0" in out and "rollout/success" in out
     assert out.count("*") >= 2  # at least one continued branch per role
 
 

@@ -28,13 +28,30 @@ def task_seed(seed: int, split: str, index: int) -> int:
     return int.from_bytes(digest[:8], "big") >> 2
 
 
+def split_tasks(
+    env_name: str, split: str, count: int, seed: int, options: Mapping[str, Any] | None = None, start: int = 0
+) -> list[Task]:
+    """Tasks `start`..`start+count-1` of `split`; their uids match what `read_tasks` gives for the same rows."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    options = dict(options or {})
+    return [
+        Task(
+            uid=f"{data_source(env_name)}/{split}/{index}",
+            env=env_name,
+            seed=task_seed(seed, split, index),
+            split=split,
+            options=options,
+        )
+        for index in range(start, start + count)
+    ]
+
+
 def task_rows(env_name: str, split: str, n: int, seed: int, options: Mapping[str, Any] | None = None) -> list[dict]:
     """`n` verl rows for `split`; the prompt is the first role's observation after reset.
 
     The reward comes from the environment at rollout time, so `reward_model.ground_truth` stays empty.
     """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     options = dict(options or {})
     try:
         options_json = json.dumps(options, sort_keys=True)
@@ -43,14 +60,7 @@ def task_rows(env_name: str, split: str, n: int, seed: int, options: Mapping[str
     env = make_env(env_name, **options)
     first_role = env.workflow().roles[0]
     rows = []
-    for index in range(n):
-        task = Task(
-            uid=f"{data_source(env_name)}/{split}/{index}",
-            env=env_name,
-            seed=task_seed(seed, split, index),
-            split=split,
-            options=options,
-        )
+    for index, task in enumerate(split_tasks(env_name, split, n, seed, options)):
         env.reset(task)
         rows.append(
             {

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verl_mas.advantage import compute_at_grpo_advantage
-from verl_mas.dataset import task_seed
-from verl_mas.env import Task, make_env
+from verl_mas.dataset import split_tasks
+from verl_mas.env import make_env
 from verl_mas.metrics import rollout_metrics
 from verl_mas.rollout import EpisodeResult, RolloutConfig, rollout_tasks
 from verl_mas.router import PolicyRouter
@@ -34,10 +34,7 @@ class DemoConfig:
 def run_demo(config: DemoConfig) -> tuple[list[EpisodeResult], dict[str, float]]:
     roles = make_env(config.env, **config.env_options).workflow().roles
     router = PolicyRouter.from_spec(config.router, roles)
-    tasks = [
-        Task(uid=f"task{i}", env=config.env, seed=task_seed(config.seed, "train", i), options=dict(config.env_options))
-        for i in range(config.tasks)
-    ]
+    tasks = split_tasks(config.env, "train", config.tasks, config.seed, config.env_options)
     rollout = RolloutConfig(k=config.k, alpha=config.alpha, with_expert=True)
     results = asyncio.run(rollout_tasks(tasks, ExpertMixPolicy(config.skill, config.seed), router, rollout))
     return results, rollout_metrics(results)

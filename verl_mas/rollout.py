@@ -88,7 +88,7 @@ class EpisodeResult:
     error: str | None = None
 
 
-class EnvironmentError_(RuntimeError):
+class EnvironmentFailure(RuntimeError):
     """The environment raised: the task is abandoned, the batch goes on."""
 
 
@@ -139,7 +139,7 @@ async def rollout_task(
             result.turns = turn + 1
         result.success = bool(_guard(state.success, task, "success"))
         result.team_reward = _final_team_reward(result)
-    except EnvironmentError_ as exc:
+    except EnvironmentFailure as exc:
         result.error = str(exc)
         logger.warning("task %s abandoned: %s", task.uid, exc)
     return result
@@ -242,4 +242,4 @@ def _guard(fn: Callable, task: Task, what: str):
     try:
         return fn()
     except Exception as exc:  # an environment bug must not take down the batch: isolate it to this task
-        raise EnvironmentError_(f"{task.env}.{what} raised {type(exc).__name__}: {exc}") from exc
+        raise EnvironmentFailure(f"{task.env}.{what} raised {type(exc).__name__}: {exc}") from exc

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
-import sys
-
 import pytest
 
-from verl_mas.env import Task, make_env, split_of
+from grid_testkit import expert_program_moves, grid_task, start_boards_by_split
+from verl_mas.env import Task, make_env
 from verl_mas_envs.grid import IllegalMove
 from verl_mas_envs.plan_path import EXPERT_PROGRAM, PlanPathBoard, PlanPathEnv
 
@@ -27,7 +24,7 @@ def small_env(tool_mode: str = "compact", max_turns: int = 5) -> PlanPathEnv:
 
 
 def task(seed: int, split: str = "train", **options: object) -> Task:
-    return Task(uid=f"t{seed}", env="plan_path", seed=seed, split=split, options=options)
+    return grid_task("plan_path", seed, split, **options)
 
 
 def test_board_from_text_and_distances() -> None:
@@ -203,23 +200,13 @@ def test_expert_program_matches_bfs_distance(monkeypatch: pytest.MonkeyPatch) ->
     env = PlanPathEnv(tool_mode="compact")
     for seed in range(20):
         env.reset(task(seed))
-        monkeypatch.setattr(sys, "stdin", io.StringIO(env.render(env.board.start) + "\n"))
-        printed = io.StringIO()
-        with contextlib.redirect_stdout(printed):
-            exec(compile(EXPERT_PROGRAM, "expert", "exec"), {"__name__": "__main__"})
-        simulation = env.simulate(env.board.start, tuple(printed.getvalue().split()))
+        simulation = env.simulate(env.board.start, expert_program_moves(env, EXPERT_PROGRAM, monkeypatch))
         assert simulation.solved and simulation.applied == env.distance(env.board.start)
 
 
 def test_splits_are_disjoint() -> None:
     env = PlanPathEnv(tool_mode="compact")
-    keys: dict[str, set[str]] = {"train": set(), "eval": set()}
-    for split, seen in keys.items():
-        for seed in range(200):
-            env.reset(task(seed, split))
-            key = env.render(env.board.start)
-            assert split_of(key) == split
-            seen.add(key)
+    keys = start_boards_by_split(env, "plan_path", seeds=200)
     assert len(keys["train"]) == len(keys["eval"]) == 200
     assert not keys["train"] & keys["eval"]
 

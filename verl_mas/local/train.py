@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from verl_mas.advantage import compute_at_grpo_advantage
-from verl_mas.dataset import task_seed
+from verl_mas.dataset import split_tasks
 from verl_mas.env import Message, Task, make_env
 from verl_mas.local.generator import BatchingGenerator, PolicyModel, SamplingConfig
 from verl_mas.local.model import build_tiny_model, load_model
@@ -29,6 +29,7 @@ from verl_mas.router import PolicyRouter
 from verl_mas.sample import Sample, samples_to_tensors
 
 Grouping = Literal["task_role_turn", "task"]
+WARM_START_FIRST_INDEX = 10**6  # expert episodes use train boards far past those the RL steps reach
 
 
 @dataclass(frozen=True)
@@ -105,11 +106,7 @@ class TrainSummary:
 
 def make_tasks(config: LocalTrainConfig, split: Literal["train", "eval"], start: int, count: int) -> list[Task]:
     """Tasks `start`..`start+count-1` of a split: the same seed always gives the same boards."""
-    options = dict(config.env_options)
-    return [
-        Task(uid=f"{split}-{i}", env=config.env, seed=task_seed(config.seed, split, i), split=split, options=options)
-        for i in range(start, start + count)
-    ]
+    return split_tasks(config.env, split, count, config.seed, config.env_options, start)
 
 
 class ExpertRecorder:
@@ -128,9 +125,7 @@ class ExpertRecorder:
 def collect_expert_pairs(config: LocalTrainConfig, router: PolicyRouter) -> list[tuple[str, tuple[Message, ...], str]]:
     """Expert moves along expert episodes on training boards (never evaluation ones)."""
     recorder = ExpertRecorder()
-    tasks = [
-        dataclasses.replace(t, uid=f"warm-{t.uid}") for t in make_tasks(config, "train", 10**6, config.warm_start.tasks)
-    ]
+    tasks = make_tasks(config, "train", WARM_START_FIRST_INDEX, config.warm_start.tasks)
     asyncio.run(rollout_tasks(tasks, recorder, router, RolloutConfig(k=1, with_expert=True)))
     return recorder.pairs
 
