@@ -55,6 +55,7 @@ ToolMode = Literal["code", "compact"]
 Outcome = Literal["playing", "solved", "deadlocked", "out_of_turns"]
 
 ROLES = ("tool", "plan")
+SINGLE_AGENT_ROLES = ("plan",)
 MOVES: dict[str, Cell] = {"U": (-1, 0), "D": (1, 0), "L": (0, -1), "R": (0, 1)}
 MAX_ACTIONS = 100
 FILLER_WORDS = frozenset({"and", "then", "go", "move", "moves", "step", "steps"})
@@ -237,8 +238,11 @@ class GridConfig:
     tool_mode: ToolMode = "code"
     max_turns: int = 5
     code_time_limit_s: float = 5.0  # wall and CPU time of one tool program in the sandbox
+    single_agent: bool = False  # one agent ("plan") does the whole task: the paper's single-agent baseline
 
     def __post_init__(self) -> None:
+        if not isinstance(self.single_agent, bool):
+            raise ValueError(f"single_agent must be true or false, got {self.single_agent!r}")
         if self.tool_mode not in ("code", "compact"):
             raise ValueError(f"tool_mode must be 'code' or 'compact', got {self.tool_mode!r}")
         if not (isinstance(self.max_turns, int) and self.max_turns >= 1):
@@ -318,7 +322,11 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
     # --- MultiAgentEnv -------------------------------------------------------------------------------------------
 
     def workflow(self) -> Workflow:
-        return Workflow(roles=ROLES, mode="sequential", max_turns=self.config.max_turns)
+        return Workflow(roles=self.roles, mode="sequential", max_turns=self.config.max_turns)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return SINGLE_AGENT_ROLES if self.config.single_agent else ROLES
 
     def reset(self, task: Task) -> None:
         try:
@@ -499,8 +507,8 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
         )
 
     def _check_role(self, role: str) -> None:
-        if role not in ROLES:
-            raise ValueError(f"{self.name}: unknown role {role!r}; roles are {ROLES}")
+        if role not in self.roles:
+            raise ValueError(f"{self.name}: unknown role {role!r}; roles are {self.roles}")
 
     def _system_prompt(self, role: str) -> str:
         team = "You are the {} agent of a two-agent team (a tool agent and a plan agent) solving a grid puzzle.\n"
@@ -508,6 +516,12 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
             "Write moves as the letters U (up), D (down), L (left), R (right) separated by spaces; "
             "moves are applied in order, and an illegal move stops the list there."
         )
+        if self.config.single_agent:
+            return (
+                "You are an agent solving a grid puzzle on your own.\n"
+                f"{self.rules}\n{moves}\n"
+                "Think briefly, then end your reply with one line giving your moves, e.g. `Actions: U R R D`."
+            )
         if role == "plan":
             return (
                 team.format("plan") + f"{self.rules}\n{moves}\n"
@@ -541,7 +555,9 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
         ]
         if state.last_commit:
             parts.append(f"Last turn: {state.last_commit}")
-        if role == "plan":
+        if self.config.single_agent:
+            parts.append("Give your moves.")
+        elif role == "plan":
             parts.append(state.proposal or "The tool agent has made no proposal this turn.")
             parts.append("Give your moves.")
         else:

@@ -150,12 +150,14 @@ class PlanPathEnv(GridPuzzleEnv[PlanPathConfig, PlanPathBoard, Cell]):
         tool_mode: ToolMode = "code",
         max_turns: int = 5,
         code_time_limit_s: float = 5.0,
+        single_agent: bool = False,
     ) -> None:
         super().__init__(
             PlanPathConfig(
                 tool_mode=tool_mode,
                 max_turns=max_turns,
                 code_time_limit_s=code_time_limit_s,
+                single_agent=single_agent,
                 size=size,
                 wall_ratio=wall_ratio,
             )

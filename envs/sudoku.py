@@ -41,6 +41,7 @@ Cell = tuple[int, int]
 ToolMode = Literal["code", "compact"]
 
 ROLES = ("tool", "plan")
+SINGLE_AGENT_ROLES = ("plan",)
 SIZES = (4, 9)
 DEFAULT_CLUES = {4: 6, 9: 30}
 INVALID_MOVE_PENALTY = -0.5
@@ -65,8 +66,11 @@ class SudokuConfig:
     clues: int | None = None  # target number of given cells (default per size); more remain if uniqueness needs
     tool_mode: ToolMode = "code"
     max_turns: int = 5
+    single_agent: bool = False  # one agent ("plan") does the whole task: the paper's single-agent baseline
 
     def __post_init__(self) -> None:
+        if not isinstance(self.single_agent, bool):
+            raise ValueError(f"sudoku single_agent must be true or false, got {self.single_agent!r}")
         if self.size not in SIZES:
             raise ValueError(f"sudoku size must be one of {SIZES}, got {self.size!r}")
         if self.clues is not None and not (isinstance(self.clues, int) and 0 <= self.clues < self.size**2):
@@ -384,8 +388,17 @@ print("\\n".join(" ".join(map(str, row)) for row in grid))
 class SudokuEnv(MultiAgentEnv):
     """A Sudoku board shared by a tool agent (proposes) and a plan agent (commits)."""
 
-    def __init__(self, size: int = 4, clues: int | None = None, tool_mode: ToolMode = "code", max_turns: int = 5):
-        self.base_config = SudokuConfig(size=size, clues=clues, tool_mode=tool_mode, max_turns=max_turns)
+    def __init__(
+        self,
+        size: int = 4,
+        clues: int | None = None,
+        tool_mode: ToolMode = "code",
+        max_turns: int = 5,
+        single_agent: bool = False,
+    ):
+        self.base_config = SudokuConfig(
+            size=size, clues=clues, tool_mode=tool_mode, max_turns=max_turns, single_agent=single_agent
+        )
         self.config = self.base_config
         self.puzzle: Board = ()
         self.solution: Board = ()
@@ -397,7 +410,11 @@ class SudokuEnv(MultiAgentEnv):
     # -- MultiAgentEnv
 
     def workflow(self) -> Workflow:
-        return Workflow(roles=ROLES, mode="sequential", max_turns=self.config.max_turns)
+        return Workflow(roles=self.roles, mode="sequential", max_turns=self.config.max_turns)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return SINGLE_AGENT_ROLES if self.config.single_agent else ROLES
 
     def reset(self, task: Task) -> None:
         try:
@@ -534,9 +551,14 @@ class SudokuEnv(MultiAgentEnv):
         return intro + f"Write the solved grid inside <answer></answer> as {self._grid_format()}."
 
     def _plan_system(self) -> str:
+        intro = (
+            "You are an agent solving a Sudoku on your own.\n"
+            if self.config.single_agent
+            else "You are the plan agent of a two-agent team solving a Sudoku. Your teammate, the tool agent, "
+            "proposes a filled grid and the environment checks it against the rules; you commit the board.\n"
+        )
         return (
-            "You are the plan agent of a two-agent team solving a Sudoku. Your teammate, the tool agent, proposes a "
-            "filled grid and the environment checks it against the rules; you commit the board.\n"
+            intro
             + self._rules()
             + "\nCommit the whole grid, given cells included, inside <answer></answer> as "
             + self._grid_format()
@@ -548,7 +570,9 @@ class SudokuEnv(MultiAgentEnv):
         parts = [f"Turn {self.turn + 1} of {self.config.max_turns}.", "Puzzle (given cells):", render_grid(self.puzzle)]
         if self.board != self.puzzle:
             parts += ["Current board:", render_grid(self.board), "Board check: " + self.check(self.board).report()]
-        if role == "plan":
+        if self.config.single_agent:
+            parts.append("Commit your grid.")
+        elif role == "plan":
             if self.proposal is None or self.proposal.turn != self.turn:
                 parts.append("The tool agent has no proposal this turn.")
             elif self.proposal.grid is None:
@@ -563,7 +587,7 @@ class SudokuEnv(MultiAgentEnv):
         return "\n".join(parts)
 
     def _require_role(self, role: str) -> None:
-        if role not in ROLES:
-            raise ValueError(f"unknown sudoku role {role!r}; roles are {ROLES}")
+        if role not in self.roles:
+            raise ValueError(f"unknown sudoku role {role!r}; roles are {self.roles}")
         if not self.board:
             raise RuntimeError("sudoku environment used before reset()")

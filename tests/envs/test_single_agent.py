@@ -1,0 +1,65 @@
+"""The single-agent option of the built-in puzzles: one role does the whole task, prompts say so."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from verl_mas.env import Task, make_env
+from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_tasks
+from verl_mas.router import PolicyRouter
+
+OPTIONS = {
+    "plan_path": {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact"},
+    "sokoban": {"size": 6, "tool_mode": "compact"},
+    "sudoku": {"size": 4, "tool_mode": "compact"},
+}
+
+
+def single(name: str):
+    env = make_env(name, **OPTIONS[name], single_agent=True)
+    env.reset(Task(uid=f"{name}/0", env=name, seed=3, split="train"))
+    return env
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_single_agent_has_one_role_and_no_teammate_in_its_prompts(name):
+    env = single(name)
+    assert env.workflow().roles == ("plan",)
+    prompt = " ".join(m["content"] for m in env.observe("plan"))
+    assert "on your own" in prompt
+    assert "tool agent" not in prompt.lower()
+    with pytest.raises(ValueError, match="unknown .*role 'tool'"):
+        env.observe("tool")
+    team = make_env(name, **OPTIONS[name])
+    assert team.workflow().roles == ("tool", "plan")
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+def test_single_agent_expert_solves_in_one_turn(name):
+    env = single(name)
+    result = env.step("plan", env.expert("plan"))
+    assert result.done and env.success() and result.team_reward == 1.0
+
+
+def test_single_agent_rollout_samples_only_the_plan_role():
+    env = make_env("plan_path", **OPTIONS["plan_path"], single_agent=True)
+    router = PolicyRouter.from_spec("shared", env.workflow().roles)
+    options = OPTIONS["plan_path"] | {"single_agent": True}
+    tasks = [Task(uid=f"t{i}", env="plan_path", seed=i, split="train", options=options) for i in range(3)]
+    requests: list[GenerationRequest] = []
+
+    async def generate(request: GenerationRequest) -> list[Generation]:
+        requests.append(request)
+        return [Generation(text="Actions: U", prompt_ids=(1,), response_ids=(2,))] * request.n
+
+    results = asyncio.run(rollout_tasks(tasks, generate, router, RolloutConfig(k=2)))
+    assert {s.role for r in results for s in r.samples} == {"plan"}
+    assert {r.role for r in requests} == {"plan"} and all(len(r.samples) % 2 == 0 for r in results)
+
+
+@pytest.mark.parametrize("value", ["yes", 1])
+def test_single_agent_must_be_a_boolean(value):
+    with pytest.raises(ValueError, match="single_agent must be true or false"):
+        make_env("plan_path", single_agent=value)
