@@ -239,10 +239,14 @@ class GridConfig:
     max_turns: int = 5
     code_time_limit_s: float = 5.0  # wall and CPU time of one tool program in the sandbox
     single_agent: bool = False  # one agent ("plan") does the whole task: the paper's single-agent baseline
+    # Prompts without the rules' prose: tiny models trained from scratch learn the rules from the warm start, and
+    # a prompt a third as long makes their training three times cheaper.
+    brief_prompts: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.single_agent, bool):
-            raise ValueError(f"single_agent must be true or false, got {self.single_agent!r}")
+        for key in ("single_agent", "brief_prompts"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
         if self.tool_mode not in ("code", "compact"):
             raise ValueError(f"tool_mode must be 'code' or 'compact', got {self.tool_mode!r}")
         if not (isinstance(self.max_turns, int) and self.max_turns >= 1):
@@ -511,6 +515,8 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
             raise ValueError(f"{self.name}: unknown role {role!r}; roles are {self.roles}")
 
     def _system_prompt(self, role: str) -> str:
+        if self.config.brief_prompts:
+            return "You solve the puzzle alone." if self.config.single_agent else f"You are the {role} agent."
         team = "You are the {} agent of a two-agent team (a tool agent and a plan agent) solving a grid puzzle.\n"
         moves = (
             "Write moves as the letters U (up), D (down), L (left), R (right) separated by spaces; "
@@ -553,6 +559,8 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
             f"Legend: {self.legend}",
             self.describe_position(state.position),
         ]
+        if self.config.brief_prompts:
+            parts = [parts[0], f"Board:\n{self.render(state.position)}", parts[3]]
         if state.last_commit:
             parts.append(f"Last turn: {state.last_commit}")
         if self.config.single_agent:

@@ -151,6 +151,7 @@ class PlanPathEnv(GridPuzzleEnv[PlanPathConfig, PlanPathBoard, Cell]):
         max_turns: int = 5,
         code_time_limit_s: float = 5.0,
         single_agent: bool = False,
+        brief_prompts: bool = False,
     ) -> None:
         super().__init__(
             PlanPathConfig(
@@ -158,6 +159,7 @@ class PlanPathEnv(GridPuzzleEnv[PlanPathConfig, PlanPathBoard, Cell]):
                 max_turns=max_turns,
                 code_time_limit_s=code_time_limit_s,
                 single_agent=single_agent,
+                brief_prompts=brief_prompts,
                 size=size,
                 wall_ratio=wall_ratio,
             )

@@ -246,6 +246,7 @@ class SokobanEnv(GridPuzzleEnv[SokobanConfig, SokobanBoard, SokobanPosition]):
         max_turns: int = 5,
         code_time_limit_s: float = 5.0,
         single_agent: bool = False,
+        brief_prompts: bool = False,
     ) -> None:
         super().__init__(
             SokobanConfig(
@@ -253,6 +254,7 @@ class SokobanEnv(GridPuzzleEnv[SokobanConfig, SokobanBoard, SokobanPosition]):
                 max_turns=max_turns,
                 code_time_limit_s=code_time_limit_s,
                 single_agent=single_agent,
+                brief_prompts=brief_prompts,
                 size=size,
                 boxes=boxes,
                 wall_ratio=wall_ratio,

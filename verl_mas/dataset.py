@@ -112,7 +112,7 @@ def read_tasks(path: str | Path) -> list[Task]:
     tasks = []
     checked_options: set[tuple[str, str]] = set()
     for number, row in enumerate(rows):
-        task = _row_task(row, f"{path}: row {number}")
+        task = row_task(row, f"{path}: row {number}")
         key = (task.env, json.dumps(task.options, sort_keys=True))
         if key not in checked_options:
             try:
@@ -142,7 +142,8 @@ def _load_rows(path: Path) -> list[Any]:
     raise ValueError(f"{path}: unknown dataset format {path.suffix!r}; expected .parquet or .jsonl")
 
 
-def _row_task(row: Any, where: str) -> Task:
+def row_task(row: Any, where: str) -> Task:
+    """The Task of one verl dataset row; `where` names the row in errors."""
     if not isinstance(row, Mapping):
         raise ValueError(f"{where}: row is {type(row).__name__}, expected a mapping")
     source = row.get("data_source")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
@@ -29,12 +29,22 @@ BYTE_ALPHABET_SIZE = 256
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, min_frequency: int = 2) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE on `texts`: any text encodes (no unknown token) and decodes back exactly."""
+    """Train a byte-level BPE on `texts`: any text encodes (no unknown token) and decodes back exactly.
+
+    Merges stay within runs of letters (with their leading space): digits and symbols are single tokens.
+    """
     smallest = BYTE_ALPHABET_SIZE + len(SPECIAL_TOKENS)
     if vocab_size < smallest:
         raise ValueError(f"tokenizer vocab_size must be >= {smallest} (256 bytes + special tokens), got {vocab_size}")
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # Every digit and symbol is its own token, so a small model reads a board cell by cell and a number digit by
+    # digit instead of through merges such as "#.." that change with the neighbouring cells.
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r" ?[^\sA-Za-z]"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False),
+        ]
+    )
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -1,0 +1,204 @@
+"""The mas_agent loop on fake LLM servers, and verl's V1 worker postprocess on its list of outputs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from verl.trainer.ppo.v1 import agent_loop_tq
+
+from mas_testkit import INVALID_PENALTY
+from verl_engine.fakes import (
+    WEIGHT_VERSION,
+    ScriptedServer,
+    TinyModelServer,
+    counter_row,
+    loop_config,
+    make_agent_loop,
+    tiny_tokenizer,
+)
+from verl_mas.env import Task
+from verl_mas.rollout import EnvironmentFailure, EpisodeResult
+from verl_mas.router import PolicyRouter
+from verl_mas.sample import Sample
+from verl_mas.verl_engine.agent_loop import episode_outputs
+from verl_mas.verl_engine.routing import PolicyRoutingClient
+from verl_mas.verl_engine.trainer import SampleTags, reward_scores
+
+SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+SEED = 3
+TARGET = random.Random(SEED).randint(4, 9)  # CounterEnv.reset's rule
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_tokenizer()
+
+
+def cycle(*texts):
+    return lambda prompt, call: texts[call % len(texts)]
+
+
+def counter_rewards(value: int, delta: int, alpha: float = 1.0) -> tuple[float, float, float]:
+    """(team, local, mixed) of a valid counter move, by the test kit's formulas."""
+    after = value + delta
+    team = 1 - abs(TARGET - after) / TARGET
+    local = (abs(TARGET - value) - abs(TARGET - after)) / 3
+    return team, local, alpha * team + local
+
+
+def per_role_servers(tokenizer, script_a, script_b):
+    servers = {"a": ScriptedServer(tokenizer, script_a), "b": ScriptedServer(tokenizer, script_b)}
+    return servers, PolicyRoutingClient(servers, PolicyRouter.from_spec("per_role", ("a", "b")))
+
+
+async def test_outputs_carry_tags_rewards_and_generated_token_masks(tokenizer):
+    servers, client = per_role_servers(tokenizer, cycle("1", "2", "oops"), cycle("1", "2", "oops"))
+    config = loop_config({"env": "counter", "router": "per_role", "rollout": {"k": 3, "alpha": 0.5, "max_turns": 1}})
+    loop = make_agent_loop(config, client, tokenizer)
+    outputs = await loop.run(SAMPLING, **counter_row("u1", seed=SEED))
+
+    assert len(outputs) == 6  # 2 roles x 1 turn x K=3
+    tags = [(o.extra_fields["role"], o.extra_fields["turn"], o.extra_fields["branch"]) for o in outputs]
+    assert tags == [("a", 0, 0), ("a", 0, 1), ("a", 0, 2), ("b", 0, 0), ("b", 0, 1), ("b", 0, 2)]
+    assert {o.extra_fields["task_uid"] for o in outputs} == {"u1/0"}
+    assert [o.extra_fields["policy"] for o in outputs] == ["a"] * 3 + ["b"] * 3
+    # role a moves from 0; "2" is best, so role b moves from 2
+    team_a1, local_a1, mixed_a1 = counter_rewards(0, 1, alpha=0.5)
+    team_a2, local_a2, mixed_a2 = counter_rewards(0, 2, alpha=0.5)
+    team_bad_a = 1 - TARGET / TARGET
+    _, _, mixed_b1 = counter_rewards(2, 1, alpha=0.5)
+    _, _, mixed_b2 = counter_rewards(2, 2, alpha=0.5)
+    team_bad_b = 1 - abs(TARGET - 2) / TARGET
+    expected_mixed = [mixed_a1, mixed_a2, 0.5 * team_bad_a + INVALID_PENALTY, mixed_b1, mixed_b2]
+    expected_mixed.append(0.5 * team_bad_b + INVALID_PENALTY)
+    assert [o.extra_fields["mixed_reward"] for o in outputs] == pytest.approx(expected_mixed)
+    assert [o.reward_score for o in outputs] == pytest.approx(expected_mixed)
+    assert outputs[1].extra_fields["team_reward"] == pytest.approx(team_a2)
+    assert outputs[1].extra_fields["local_reward"] == pytest.approx(local_a2)
+    assert [o.extra_fields["continued"] for o in outputs] == [False, True, False, False, True, False]
+    assert [o.extra_fields["valid"] for o in outputs] == [True, True, False] * 2
+    assert not any(o.extra_fields["env_error"] for o in outputs)
+    for output, text in zip(outputs, ["1", "2", "oops"] * 2, strict=True):
+        expected_ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+        assert output.response_ids == expected_ids
+        assert output.response_mask == [1] * len(expected_ids)  # only generated tokens, all of them
+        assert output.response_logprobs == [-0.25] * len(expected_ids)
+        assert output.extra_fields["min_global_steps"] == output.extra_fields["max_global_steps"] == WEIGHT_VERSION
+    assert "role=a value=0" in tokenizer.decode(outputs[0].prompt_ids)
+    assert "role=b value=2" in tokenizer.decode(outputs[3].prompt_ids)
+    info = outputs[-1].extra_fields["reward_extra_info"]
+    assert info == {
+        "acc": 0.0,
+        "episode_team_reward": pytest.approx(counter_rewards(2, 2)[0]),
+        "episode_turns": 1,
+        "invalid_moves": 2,
+        "env_failures": 0,
+    }
+    # each role's K candidates went to its own policy's server under one request id
+    assert [c.request_id for c in servers["a"].calls] == ["u1/0/a"] * 3
+    assert [c.request_id for c in servers["b"].calls] == ["u1/0/b"] * 3
+    assert servers["a"].calls[0].sampling_params == SAMPLING
+
+
+async def test_request_id_is_reused_across_turns_with_a_tiny_model(tokenizer):
+    server = TinyModelServer(tokenizer, max_new_tokens=20)
+    config = loop_config({"env": "counter", "router": "shared", "rollout": {"k": 2, "max_turns": 2}}, response_length=5)
+    loop = make_agent_loop(config, server, tokenizer)  # a plain verl client is enough for one policy
+    outputs = await loop.run(SAMPLING, **counter_row("u2", seed=SEED))
+
+    assert len(outputs) == 8  # 2 roles x 2 turns x K=2 (random text never reaches the target)
+    assert [c.request_id for c in server.calls] == ["u2/0/a"] * 2 + ["u2/0/b"] * 2 + ["u2/0/a"] * 2 + ["u2/0/b"] * 2
+    for output, call in zip(outputs, server.calls, strict=True):
+        assert output.prompt_ids == call.prompt_ids
+        assert 1 <= len(output.response_ids) <= 5  # cut to rollout.response_length
+        assert output.response_mask == [1] * len(output.response_ids)
+        assert len(output.response_logprobs) == len(output.response_ids)
+        assert all(lp <= 0 for lp in output.response_logprobs)
+    assert {o.extra_fields["policy"] for o in outputs} == {"shared"}
+
+
+async def test_eval_rows_use_the_plain_rollout(tokenizer):
+    servers, client = per_role_servers(tokenizer, cycle("1"), cycle("2"))
+    config = loop_config({"env": "counter", "router": "per_role", "rollout": {"k": 4, "max_turns": 1}})
+    outputs = await make_agent_loop(config, client, tokenizer).run(SAMPLING, **counter_row("v", split="eval"))
+    assert len(outputs) == 2 and len(servers["a"].calls) == len(servers["b"].calls) == 1
+
+
+async def test_environment_failure_is_isolated_and_counted(tokenizer):
+    _, client = per_role_servers(tokenizer, cycle("1", "2"), cycle("raise"))
+    config = loop_config({"env": "counter", "router": "per_role", "rollout": {"k": 2, "max_turns": 2}})
+    outputs = await make_agent_loop(config, client, tokenizer).run(SAMPLING, **counter_row("u3"))
+    assert [o.extra_fields["role"] for o in outputs] == ["a", "a"]  # role a's group survived, b's step raised
+    assert all(o.extra_fields["env_error"] for o in outputs)
+    assert outputs[-1].extra_fields["reward_extra_info"]["env_failures"] == 1
+
+
+async def test_environment_failing_before_any_sample_fails_the_session(tokenizer):
+    _, client = per_role_servers(tokenizer, cycle("1"), cycle("1"))
+    config = loop_config({"env": "counter", "router": "per_role", "rollout": {"k": 2}})
+    row = counter_row("u4")
+    row["extra_info"] = {**row["extra_info"], "options": '{"mode": "diagonal"}'}
+    with pytest.raises(EnvironmentFailure, match="no samples"):
+        await make_agent_loop(config, client, tokenizer).run(SAMPLING, **row)
+
+
+def test_several_policies_need_the_routing_client(tokenizer):
+    config = loop_config({"env": "counter", "router": "per_role"})
+    with pytest.raises(ValueError, match=r"policies \['a', 'b'\] but verl handed one LLM client"):
+        make_agent_loop(config, TinyModelServer(tokenizer), tokenizer)
+    _, client = per_role_servers(tokenizer, cycle("1"), cycle("1"))
+    swapped = loop_config({"env": "counter", "router": {"a": "b", "b": "a"}})
+    with pytest.raises(ValueError, match="routes"):
+        make_agent_loop(swapped, client, tokenizer)
+
+
+def test_empty_response_is_one_masked_eos_that_keeps_its_reward():
+    sample = Sample("t/0", "a", 0, 0, "shared", (5, 6), (), None, 0.0, -1.0, -1.0, False, valid=False)
+    kept = Sample("t/0", "a", 0, 1, "shared", (5, 6), (9,), (-0.5,), 1.0, 0.0, 1.0, True)
+    result = EpisodeResult(task=Task("t/0", "counter", 1), samples=[sample, kept], turns=1)
+    outputs = episode_outputs(result, eos_token_id=2)
+    assert (outputs[0].response_ids, outputs[0].response_mask) == ([2], [0])
+    assert outputs[0].reward_score == -1.0
+    assert outputs[0].response_logprobs is None and outputs[1].response_logprobs is None  # not every sample has them
+    assert "min_global_steps" not in outputs[0].extra_fields
+
+
+async def test_verl_worker_postprocess_stores_one_row_per_sample(tokenizer, monkeypatch):
+    """verl copies the last output's reward over the list; the trainer restores each row's own from extra_fields."""
+    _, client = per_role_servers(tokenizer, cycle("1", "3", "?"), cycle("2", "1", "0"))
+    config = loop_config({"env": "counter", "router": "per_role", "rollout": {"k": 3, "max_turns": 1}})
+    row = counter_row("u5", seed=SEED)
+    outputs = await make_agent_loop(config, client, tokenizer).run(SAMPLING, **row)
+    mixed = [o.extra_fields["mixed_reward"] for o in outputs]
+
+    puts = []
+
+    async def fake_put(keys, fields, tags, partition_id):
+        puts.append((keys, fields, tags, partition_id))
+
+    monkeypatch.setattr(agent_loop_tq.tq, "async_kv_batch_put", fake_put)
+    worker = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__.__new__(
+        agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__
+    )
+    worker.tokenizer, worker.processor, worker.mm_processor_kwargs = tokenizer, None, {}
+    worker.reward_loop_worker_handles, worker.distillation_enabled = None, False
+    await worker._agent_loop_postprocess(outputs, False, **row)
+
+    ((keys, fields, tags, partition),) = puts
+    assert partition == "train"
+    assert keys == [f"u5_0_{i}" for i in range(6)]
+    lengths = torch.tensor([len(fields["responses"][i]) for i in range(6)])
+    assert lengths.tolist() == [len(o.response_ids) for o in outputs]
+    assert [t["global_steps"] for t in tags] == [1] * 6
+    assert [t["min_global_steps"] for t in tags] == [WEIGHT_VERSION] * 6
+    stored = [float(fields["rm_scores"][i].sum()) for i in range(6)]
+    assert stored == pytest.approx([mixed[-1]] * 6)  # verl's broadcast of the last output's reward
+    extra = list(fields["extra_fields"])
+    assert [e["role"] for e in extra] == ["a"] * 3 + ["b"] * 3
+    restored = reward_scores(SampleTags.from_rows(extra, [False] * 6), lengths, int(lengths.max()))
+    assert restored.sum(dim=1).tolist() == pytest.approx(mixed)
+    last_token = torch.nn.functional.one_hot(lengths - 1, int(lengths.max())).bool()
+    assert torch.all(restored[~last_token] == 0)
+    assert list(fields["uid"]) == ["u5"] * 6

@@ -1,0 +1,271 @@
+"""Every recipe composes, validates (ours and verl's) and runs the reference settings; main's start-up checks."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import hydra
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+from verl.trainer.main_ppo import TaskRunnerV1
+from verl.utils.config import omega_conf_to_dataclass
+
+from verl_mas import cli
+from verl_mas.env.registry import ENTRY_POINT_GROUP
+from verl_mas.main import AGENT_LOOPS_FILE, CONFIG_DIR, MasTaskRunner, check_config, main
+from verl_mas.rollout import RolloutConfig
+from verl_mas.verl_engine.config import MasConfig, MasConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = REPO / "recipes"
+MODELS = {"run_qwen3_1.7b.sh": "Qwen/Qwen3-1.7B", "run_qwen3_8b.sh": "Qwen/Qwen3-8B"}
+LEVELS = ("single", "shared", "per_role")
+SCRIPTS = sorted(RECIPES.glob("*/run_*.sh"))
+# what the fake `python` and `verl-mas` do: write their arguments, one per line, to $RECORD_DIR/<command>
+RECORDER = '#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD_DIR/$(basename "$0")"\n'
+
+
+def composed(config_dir: Path, config_name: str, overrides: list[str]):
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        return compose(config_name, overrides=overrides)
+
+
+def write_data(tmp_path: Path, env: str, options: list[str]) -> list[str]:
+    out = tmp_path / "data"
+    assert cli.main(["data", "--env", env, "--out", str(out), "--train", "3", "--eval", "2", *options]) == 0
+    return [f"data.train_files={out / 'train.parquet'}", f"data.val_files={out / 'eval.parquet'}"]
+
+
+@pytest.fixture(scope="module")
+def fake_bin(tmp_path_factory) -> Path:
+    bin_dir = tmp_path_factory.mktemp("bin")
+    for name in ("python", "verl-mas"):
+        (bin_dir / name).write_text(RECORDER)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+def run_script(script: Path, args: list[str], fake_bin: Path, home: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "HOME": str(home), "RECORD_DIR": str(home)}
+    env.pop("DATA_DIR", None)
+    env.pop("MODEL", None)
+    env.pop("N_GPUS", None)
+    return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=30)
+
+
+def test_every_environment_has_a_complete_recipe():
+    built_in = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+    assert sorted(p.name for p in RECIPES.iterdir() if p.is_dir()) == built_in == ["plan_path", "sokoban", "sudoku"]
+    for env in built_in:
+        files = sorted(p.name for p in (RECIPES / env).iterdir())
+        assert files == sorted(["README.md", f"{env}.yaml", "run_qwen3_1.7b.sh", "run_qwen3_8b.sh"]), env
+    assert len(SCRIPTS) == 6
+    for script in SCRIPTS:
+        lines = script.read_text().splitlines()
+        assert lines[0] == "#!/usr/bin/env bash" and "set -euo pipefail" in lines, script
+
+
+LEVEL_OVERRIDES = {
+    "single": ["mas.env_options.single_agent=true", "mas.router=shared"],
+    "shared": ["mas.env_options.single_agent=false", "mas.router=shared"],
+    "per_role": ["mas.env_options.single_agent=false", "mas.router=per_role"],
+}
+# each script composed with one level, each level twice, the 8B per-role offload once
+COMPOSED_CASES = [
+    ("plan_path", "run_qwen3_1.7b.sh", "single"),
+    ("plan_path", "run_qwen3_8b.sh", "per_role"),
+    ("sokoban", "run_qwen3_1.7b.sh", "shared"),
+    ("sokoban", "run_qwen3_8b.sh", "single"),
+    ("sudoku", "run_qwen3_1.7b.sh", "per_role"),
+    ("sudoku", "run_qwen3_8b.sh", "shared"),
+]
+
+
+def launch_recorded(script: Path, level: str, fake_bin: Path, home: Path) -> tuple[list[str], Path, str, list[str]]:
+    """Run `script` with fake commands: the data step's arguments and the launch's config dir, name, overrides."""
+    result = run_script(script, [level, "trainer.logger=[console]"], fake_bin, home)
+    assert result.returncode == 0, result.stderr
+    main_args = (home / "python").read_text().splitlines()
+    assert main_args[:2] == ["-m", "verl_mas.main"]
+    assert main_args[2] == "--config-path" and main_args[4] == "--config-name"
+    return (home / "verl-mas").read_text().splitlines(), Path(main_args[3]), main_args[5], main_args[6:]
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_run_script_writes_the_data_then_launches_its_recipe(script, level, fake_bin, tmp_path):
+    env = script.parent.name
+    data_args, config_dir, config_name, overrides = launch_recorded(script, level, fake_bin, tmp_path)
+    data_dir = tmp_path / "data" / "verl_mas" / env / level
+    single_agent = "true" if level == "single" else "false"
+    assert data_args == ["data", "--env", env, "--out", str(data_dir)] + [
+        *("--train", str(200 * 32), "--eval", "100", "--seed", "0", f"single_agent={single_agent}")
+    ]
+    assert config_dir == RECIPES / env and config_name == env
+    for expected in [
+        *LEVEL_OVERRIDES[level],
+        f"data.train_files={data_dir / 'train.parquet'}",
+        f"data.val_files={data_dir / 'eval.parquet'}",
+        f"actor_rollout_ref.model.path={MODELS[script.name]}",
+        "trainer.n_gpus_per_node=8",
+    ]:
+        assert expected in overrides
+    assert overrides[-1] == "trainer.logger=[console]"  # extra arguments reach hydra, last
+
+
+@pytest.mark.parametrize("env, script_name, level", COMPOSED_CASES)
+def test_run_script_launch_composes_checks_and_has_the_reference_settings(env, script_name, level, fake_bin, tmp_path):
+    data_args, config_dir, config_name, overrides = launch_recorded(
+        RECIPES / env / script_name, level, fake_bin, tmp_path
+    )
+    assert cli.main([*data_args[:5], "--train", "3", "--eval", "2", *data_args[9:]]) == 0  # the data step, shrunk
+    config = composed(config_dir, config_name, overrides)
+    mas = check_config(config)  # also: the data's env and options match mas.env and mas.env_options
+
+    assert config.actor_rollout_ref.model.path == MODELS[script_name]
+    assert mas.env == env
+    assert mas.rollout.k == (4 if env == "sokoban" else 8)
+    assert mas.rollout.max_turns == 5 and mas.rollout.alpha == 1.0 and mas.grouping == "task_role_turn"
+    assert config.data.train_batch_size == 32
+    assert config.trainer.total_training_steps == 200
+    assert config.actor_rollout_ref.actor.optim.lr == 1e-6
+    assert config.actor_rollout_ref.actor.clip_ratio == 0.2
+    assert config.actor_rollout_ref.actor.use_kl_loss is False and config.algorithm.use_kl_in_reward is False
+    assert config.actor_rollout_ref.actor.ppo_epochs == 1
+    assert config.data.apply_chat_template_kwargs.enable_thinking is False
+    assert config.algorithm.adv_estimator == "at_grpo" and config.trainer.v1.trainer_mode == "sync"
+    assert config.trainer.n_gpus_per_node == 8
+    offloaded = script_name == "run_qwen3_8b.sh" and level == "per_role"
+    assert config.actor_rollout_ref.actor.fsdp_config.optimizer_offload is offloaded
+    expected_policies = {"single": ("shared",), "shared": ("shared",), "per_role": ("tool", "plan")}[level]
+    assert mas.roles == (("plan",) if level == "single" else ("tool", "plan"))
+    assert mas.policy_router().policies == expected_policies
+    assert mas.gpus_per_policy(8) == {p: 8 // len(expected_policies) for p in expected_policies}
+    # verl's dataclass nodes accept everything set in them (the actor is converted by check_config)
+    omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
+    omega_conf_to_dataclass(config.algorithm)
+
+
+def test_run_script_rejects_an_unknown_level(fake_bin, tmp_path):
+    result = run_script(RECIPES / "sudoku" / "run_qwen3_8b.sh", ["per_agent"], fake_bin, tmp_path)
+    assert result.returncode == 2
+    assert "unknown level 'per_agent': use single, shared or per_role" in result.stderr
+    assert not (tmp_path / "verl-mas").exists() and not (tmp_path / "python").exists()
+
+
+def test_agent_loop_file_names_the_registered_mas_agent():
+    entries = yaml.safe_load(AGENT_LOOPS_FILE.read_text())
+    assert [entry["name"] for entry in entries] == ["mas_agent"]
+    loop_class = hydra.utils.get_class(entries[0]["_target_"])  # imports the module, which registers the loop
+    assert _agent_loop_registry["mas_agent"] == {"_target_": f"{loop_class.__module__}.{loop_class.__qualname__}"}
+
+
+@pytest.fixture(scope="module")
+def sudoku_data(tmp_path_factory) -> dict[str, list[str]]:
+    """Sudoku data files written without options and with single_agent=true, as hydra overrides."""
+    root = tmp_path_factory.mktemp("data")
+    return {
+        "plain": write_data(root / "plain", "sudoku", []),
+        "single": write_data(root / "single", "sudoku", ["single_agent=true"]),
+    }
+
+
+@pytest.fixture(scope="module")
+def base_config(sudoku_data):
+    return composed(CONFIG_DIR, "mas_trainer", ["mas.env=sudoku", *sudoku_data["plain"]])
+
+
+def test_base_config_checks_and_fills_in_the_agent_loop_file(base_config):
+    config = copy.deepcopy(base_config)
+    assert config.actor_rollout_ref.rollout.agent.agent_loop_config_path is None
+    assert check_config(config) == MasConfig(env="sudoku", rollout=RolloutConfig(k=8, max_turns=5))
+    assert config.actor_rollout_ref.rollout.agent.agent_loop_config_path == str(AGENT_LOOPS_FILE)
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"mas.router": {"tool": "a", "coder": "b"}}, r"^mas\.router: unknown role\(s\) \['coder'\]"),
+        ({"mas.rollout.k": 0}, r"^mas\.rollout\.k must be >= 1, got 0"),
+        ({"mas.grouping": "turn"}, r"^mas\.grouping: unknown grouping 'turn'"),
+        ({"algorithm.adv_estimator": "grpo"}, r"^algorithm\.adv_estimator must be at_grpo"),
+        ({"trainer.use_v1": False}, r"^trainer\.use_v1 must be true"),
+        ({"trainer.n_gpus_per_node": 7, "mas.router": "per_role"}, r"^mas\.policies\.\*\.n_gpus_per_node: 7 GPU"),
+        (
+            {"mas.env_options": {"single_agent": True}},
+            r"^data\.train_files: .*train\.parquet: row 0 was written with options \{\}",
+        ),
+        (
+            {"mas.env": "sokoban"},
+            r"^data\.train_files: .*train\.parquet: row 0 is a 'sudoku' task, but mas\.env is 'sokoban'",
+        ),
+        (
+            {"data.val_files": "/nowhere/eval.parquet"},
+            r"^data\.val_files: /nowhere/eval\.parquet: no such dataset file",
+        ),
+    ],
+)
+def test_check_config_fails_at_start_naming_the_key(base_config, changes, message):
+    config = copy.deepcopy(base_config)
+    for key, value in changes.items():
+        OmegaConf.update(config, key, value, merge=False)
+    with pytest.raises(MasConfigError, match=message):
+        check_config(config)
+
+
+def test_check_config_accepts_data_written_with_the_same_options(base_config, sudoku_data):
+    config = copy.deepcopy(base_config)
+    OmegaConf.update(config, "mas.env_options", {"single_agent": True}, merge=False)
+    for key, value in (override.split("=", 1) for override in sudoku_data["single"]):
+        OmegaConf.update(config, key, value)
+    assert check_config(config).roles == ("plan",)
+
+
+def test_check_config_leaves_remote_data_files_to_verl(base_config):
+    config = copy.deepcopy(base_config)
+    OmegaConf.update(config, "data.val_files", ["hdfs://cluster/verl_mas/sudoku/eval.parquet"], merge=False)
+    assert check_config(config).env == "sudoku"
+
+
+def test_main_checks_before_it_hands_the_config_to_ray(base_config, monkeypatch):
+    launched = []
+    monkeypatch.setattr("verl_mas.main.run_ppo", lambda config, task_runner_class: launched.append(task_runner_class))
+    bad = copy.deepcopy(base_config)
+    OmegaConf.update(bad, "mas.router", "per_agent")
+    with pytest.raises(MasConfigError, match=r"^mas\.router: unknown router 'per_agent'"):
+        main.__wrapped__(bad)
+    assert launched == []
+    main.__wrapped__(copy.deepcopy(base_config))
+    assert launched == [MasTaskRunner]
+    assert issubclass(MasTaskRunner.__ray_actor_class__, TaskRunnerV1.__ray_actor_class__)
+
+
+def test_cfg_job_prints_the_composed_recipe_without_ray(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "verl_mas.main", "--config-path", str(RECIPES / "sokoban"), "--config-name", "sokoban"]
+        + ["--cfg", "job", "mas.router=per_role", "mas.rollout.alpha=0.5"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    printed = OmegaConf.create(result.stdout[result.stdout.index("actor_rollout_ref:") :])
+    assert OmegaConf.to_container(printed.mas) == {
+        "env": "sokoban",
+        "env_options": {"single_agent": False},
+        "router": "per_role",
+        "rollout": {"k": 4, "alpha": 0.5, "max_turns": 5, "select": "reward"},
+        "grouping": "task_role_turn",
+        "policies": {},
+    }
+    assert printed.algorithm.adv_estimator == "at_grpo"
+    assert not (tmp_path / "outputs").exists()  # --cfg job starts nothing and writes nothing

@@ -1,0 +1,172 @@
+"""The AT-GRPO advantage step: hand-computed advantages per (task, role, turn), restored rewards, policy split."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+from verl_mas.verl_engine import trainer as trainer_module
+from verl_mas.verl_engine.config import MasConfig
+from verl_mas.verl_engine.trainer import (
+    AtGrpoTrainer,
+    SampleTags,
+    at_grpo_advantages,
+    reward_scores,
+    sample_metrics,
+    split_by_policy,
+)
+
+R3 = 1 / math.sqrt(3)
+# (task, role, turn) -> the K=3 mixed rewards and their advantages, worked out by hand:
+# mean of the three, unbiased std, (r - mean) / std.
+GROUPS = {
+    ("T1", "a", 0): ([0, 1, 2], [-1, 0, 1]),  # mean 1, std 1
+    ("T1", "a", 1): ([2, 2, 2], [0, 0, 0]),  # no spread
+    ("T1", "b", 0): ([1, 1, 4], [-R3, -R3, 2 * R3]),  # mean 2, var (1 + 1 + 4) / 2 = 3
+    ("T1", "b", 1): ([3, 0, 0], [2 * R3, -R3, -R3]),  # mean 1, var 3
+    ("T2", "a", 0): ([0, 2, 4], [-1, 0, 1]),  # mean 2, std 2
+    ("T2", "a", 1): ([5, 1, 3], [1, -1, 0]),  # mean 3, std 2
+    ("T2", "b", 0): ([-1, 0, 1], [-1, 0, 1]),
+    ("T2", "b", 1): ([0, 0, 3], [-R3, -R3, 2 * R3]),
+}
+ALGORITHM = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "use_kl_in_reward": False})
+
+
+def hand_batch():
+    """24 rows in a scrambled order, responses of 1..4 tokens, plus one padding row copying row 0's tags."""
+    rows = []
+    for (task, role, turn), (rewards, advantages) in GROUPS.items():
+        for branch, (reward, advantage) in enumerate(zip(rewards, advantages, strict=True)):
+            fields = {"task_uid": task, "role": role, "turn": turn, "branch": branch, "mixed_reward": float(reward)}
+            fields.update(policy=role, env_error=task == "T2" and role == "b", valid=reward != -1)
+            rows.append((fields, advantage))
+    order = np.random.default_rng(0).permutation(len(rows))
+    rows = [rows[i] for i in order]
+    extra = [fields for fields, _ in rows] + [dict(rows[0][0], mixed_reward=100.0)]
+    expected = [advantage for _, advantage in rows] + [0.0]
+    lengths = torch.tensor([1 + i % 4 for i in range(len(extra))])
+    padding = [False] * len(rows) + [True]
+    return extra, padding, lengths, torch.tensor(expected, dtype=torch.float32)
+
+
+def mask_of(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    return (torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)).float()
+
+
+def test_advantages_group_by_task_role_and_turn():
+    extra, padding, lengths, expected = hand_batch()
+    tags = SampleTags.from_rows(extra, padding)
+    width = int(lengths.max())
+    mask = mask_of(lengths, width)
+    mask[3] = 0  # a masked-out response (empty reply): still counts in its group, trains no token
+    scores = reward_scores(tags, lengths, width)
+    assert scores.sum(dim=1).tolist() == pytest.approx([f["mixed_reward"] for f in extra[:-1]] + [0.0])
+    assert scores[torch.arange(len(extra)), lengths - 1].tolist() == scores.sum(dim=1).tolist()  # on the last token
+    advantages = at_grpo_advantages(scores, mask, tags, "task_role_turn", ALGORITHM)
+    expected_tokens = expected.unsqueeze(1) * mask
+    torch.testing.assert_close(advantages, expected_tokens, rtol=1e-5, atol=1e-5)
+    assert advantages[-1].abs().sum() == 0  # the padding row is in no group
+
+
+def test_task_grouping_puts_a_task_in_one_group():
+    extra = [
+        {"task_uid": "T", "role": "a", "turn": 0, "policy": "p", "mixed_reward": 0.0},
+        {"task_uid": "T", "role": "b", "turn": 0, "policy": "p", "mixed_reward": 2.0},
+        {"task_uid": "T", "role": "a", "turn": 1, "policy": "p", "mixed_reward": 4.0},
+        {"task_uid": "U", "role": "a", "turn": 0, "policy": "p", "mixed_reward": 7.0},
+    ]
+    tags = SampleTags.from_rows(extra, [False] * 4)
+    lengths = torch.tensor([2, 2, 2, 2])
+    scores = reward_scores(tags, lengths, 2)
+    by_task = at_grpo_advantages(scores, torch.ones(4, 2), tags, "task", ALGORITHM)
+    # T: mean 2, std 2; U alone: a group of one keeps its score (mean 0, std 1), as in verl's GRPO
+    assert by_task[:, 0].tolist() == pytest.approx([-1, 0, 1, 7], abs=1e-5)
+    by_turn = at_grpo_advantages(scores, torch.ones(4, 2), tags, "task_role_turn", ALGORITHM)
+    assert by_turn[:, 0].tolist() == pytest.approx([0, 2, 4, 7], abs=1e-5)  # every group has one sample
+
+
+def test_rows_from_another_agent_loop_are_rejected():
+    with pytest.raises(ValueError, match=r"row 1 has no extra_fields \['mixed_reward'\]"):
+        SampleTags.from_rows(
+            [
+                {"task_uid": "T", "role": "a", "turn": 0, "policy": "p", "mixed_reward": 1.0},
+                {"task_uid": "T", "role": "a", "turn": 0, "policy": "p"},
+            ],
+            [False, False],
+        )
+
+
+def test_metrics_per_role():
+    extra, padding, _, _ = hand_batch()
+    metrics = sample_metrics(SampleTags.from_rows(extra, padding), "task_role_turn")
+    assert metrics["mas/a/zero_variance_group_share"] == 0.25  # (T1, a, 1) of role a's four groups
+    assert metrics["mas/b/zero_variance_group_share"] == 0.0
+    assert metrics["mas/a/reward/mean"] == pytest.approx((3 + 6 + 6 + 9) / 12)  # padding row's 100 left out
+    assert metrics["mas/b/reward/mean"] == pytest.approx((6 + 3 + 0 + 3) / 12)
+    assert metrics["mas/b/invalid_share"] == pytest.approx(1 / 12)
+    assert metrics["mas/env_failed_tasks"] == 1.0
+
+
+def test_rows_split_by_policy_and_merge_back():
+    batch = KVBatchMeta(keys=["k0", "k1", "k2", "k3"], tags=[{"i": i} for i in range(4)], partition_id="train")
+    parts = split_by_policy(batch, ["b", "a", "b", "a"], ["a", "b", "c"])
+    assert list(parts) == ["a", "b"]  # a policy without rows this step is left out
+    assert parts["a"].keys == ["k1", "k3"] and parts["b"].keys == ["k0", "k2"]
+    assert [t["i"] for t in parts["b"].tags] == [0, 2]
+    merged = KVBatchMeta.concat(list(parts.values()))
+    assert sorted(merged.keys) == batch.keys
+    with pytest.raises(ValueError, match=r"policies \['z'\]"):
+        split_by_policy(batch, ["a", "z", "a", "a"], ["a", "b"])
+
+
+class FakeTransferQueue:
+    """kv_batch_get / kv_batch_put over a dict of rows, returning jagged tensors as TransferQueue does."""
+
+    def __init__(self, rows: dict[str, dict]):
+        self.rows = rows
+
+    def kv_batch_get(self, keys, partition_id, select_fields):
+        present = [f for f in select_fields if f in self.rows[keys[0]]]
+        return list_of_dict_to_tensordict([{f: self.rows[k][f] for f in present} for k in keys])
+
+    def kv_batch_put(self, keys, partition_id, fields: TensorDict):
+        for i, key in enumerate(keys):
+            self.rows[key].update({name: fields[name][i] for name in fields.keys()})
+        return KVBatchMeta(keys=list(keys), tags=[{}] * len(keys), partition_id=partition_id)
+
+
+def test_trainer_advantage_step_writes_restored_rewards_and_advantages(monkeypatch):
+    extra, padding, lengths, expected = hand_batch()
+    last_reward = extra[-2]["mixed_reward"]
+    rows = {
+        f"uid{i}_0_{i}": {
+            "response_mask": torch.ones(int(n), dtype=torch.int64),
+            "rm_scores": torch.nn.functional.one_hot(torch.tensor(int(n) - 1), int(n)).float() * last_reward,
+            "extra_fields": fields,
+        }
+        for i, (fields, n) in enumerate(zip(extra, lengths, strict=True))
+    }
+    store = FakeTransferQueue(rows)
+    monkeypatch.setattr(trainer_module, "tq", store)
+    trainer = AtGrpoTrainer.__new__(AtGrpoTrainer)  # the advantage step only: no Ray, no GPUs
+    trainer.config = OmegaConf.create({"algorithm": {**ALGORITHM, "rollout_correction": {"bypass_mode": False}}})
+    trainer.mas = MasConfig.from_mapping({"env": "counter", "router": "per_role"})
+    batch = KVBatchMeta(keys=list(rows), tags=[{"is_padding": pad} for pad in padding], partition_id="train")
+    metrics = {}
+    trainer._compute_advantage(batch, metrics)
+    stored = list(rows.values())
+    assert [float(r["rm_scores"].sum()) for r in stored] == pytest.approx(
+        [f["mixed_reward"] for f in extra[:-1]] + [0.0]
+    )
+    first_advantage = torch.stack([r["advantages"][0] for r in stored])
+    torch.testing.assert_close(first_advantage, expected, rtol=1e-5, atol=1e-5)
+    assert all(torch.equal(r["advantages"], r["returns"]) for r in stored)
+    assert all(bool((r["advantages"] == r["advantages"][0]).all()) for r in stored)  # one value per response
+    assert metrics["mas/a/zero_variance_group_share"] == 0.25

@@ -1,0 +1,122 @@
+"""`python -m verl_mas.main`: the hydra entry point that checks the config and runs the AT-GRPO trainer on Ray."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from pprint import pprint
+
+import hydra
+import ray
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils.config import validate_config
+from verl.utils.device import auto_set_device
+from verl.utils.logging_utils import configure_verl_logging
+
+import verl_mas.plugin  # noqa: F401  (registers the at_grpo estimator in this process)
+from verl_mas.dataset import read_tasks
+from verl_mas.verl_engine.config import MasConfig, MasConfigError
+
+CONFIG_DIR = Path(__file__).resolve().parent / "config"
+AGENT_LOOPS_FILE = CONFIG_DIR / "agent_loops.yaml"
+
+
+def check_config(config: DictConfig) -> MasConfig:
+    """Everything that can be checked before Ray starts: `mas:`, what the AT-GRPO trainer supports, the GPU split
+    between policies, the data files, verl's own validation.
+
+    Fills in `actor_rollout_ref.rollout.agent.agent_loop_config_path` with verl-mas's agent-loop file when it is
+    null, so that every agent-loop worker can build `mas_agent`.
+
+    Raises:
+        MasConfigError: naming the key (and the file and row for data) and what it accepts.
+    """
+    from verl_mas.verl_engine.trainer import check_supported
+
+    if "mas" not in config:
+        raise MasConfigError("mas: missing; compose over verl_mas/config/mas_defaults.yaml")
+    mas = MasConfig.from_mapping(OmegaConf.to_container(config.mas, resolve=True))
+    if config.trainer.use_v1 is not True:
+        raise MasConfigError(
+            f"trainer.use_v1 must be true: the AT-GRPO trainer is a V1 trainer, got {config.trainer.use_v1!r}"
+        )
+    check_supported(config, mas)
+    mas.gpus_per_policy(config.trainer.n_gpus_per_node)
+    for key in ("data.train_files", "data.val_files"):
+        check_data_files(key, OmegaConf.select(config, key), mas)
+    agent = config.actor_rollout_ref.rollout.agent
+    if agent.agent_loop_config_path is None:
+        agent.agent_loop_config_path = str(AGENT_LOOPS_FILE)
+    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    return mas
+
+
+def check_data_files(key: str, files: str | ListConfig | list[str] | None, mas: MasConfig) -> None:
+    """Every local file of `key` exists and holds tasks of `mas.env` written with `mas.env_options`.
+
+    A remote file (a path with a URL scheme, e.g. hdfs://) is left to verl, which copies it at start.
+    """
+    if files is None:
+        raise MasConfigError(f"{key}: missing; write the files with `verl-mas data --env {mas.env} --out DIR`")
+    paths = [files] if isinstance(files, str) else list(files)
+    expected_options = json.dumps(dict(mas.env_options), sort_keys=True)
+    for path in paths:
+        if "://" in str(path):
+            continue
+        try:
+            tasks = read_tasks(Path(path).expanduser())
+        except ValueError as exc:
+            raise MasConfigError(f"{key}: {exc}") from None
+        for number, task in enumerate(tasks):
+            if task.env != mas.env:
+                raise MasConfigError(f"{key}: {path}: row {number} is a {task.env!r} task, but mas.env is {mas.env!r}")
+            if json.dumps(task.options, sort_keys=True) != expected_options:
+                raise MasConfigError(
+                    f"{key}: {path}: row {number} was written with options {task.options}, but mas.env_options is "
+                    f"{dict(mas.env_options)}; write the data with the same options"
+                )
+
+
+@ray.remote
+class MasTaskRunner(TaskRunnerV1.__ray_actor_class__):
+    """verl's V1 task runner with the AT-GRPO trainer in place of the one `trainer.v1.trainer_mode` names."""
+
+    def run(self, config: DictConfig) -> None:
+        configure_verl_logging()
+
+        import transfer_queue as tq
+
+        from verl_mas.verl_engine.trainer import AtGrpoTrainer
+
+        config.transfer_queue.enable = True
+        pprint(OmegaConf.to_container(config, resolve=True))
+        OmegaConf.resolve(config)
+        self.config = config
+        tq.init(config.transfer_queue)
+        succeeded = False
+        try:
+            self.trainer = AtGrpoTrainer(config=config)
+            self.trainer.init()
+            self.init_agent_loop_manager()
+            self.trainer.fit(self.agent_loop_manager)
+            succeeded = True
+        finally:
+            try:
+                tracking = getattr(self.trainer, "logger", None)
+                if tracking is not None:
+                    tracking.finish(exit_code=0 if succeeded else 1)
+            finally:
+                tq.close()
+
+
+@hydra.main(config_path="config", config_name="mas_trainer", version_base=None)
+def main(config: DictConfig) -> None:
+    auto_set_device(config)
+    check_config(config)
+    run_ppo(config, task_runner_class=MasTaskRunner)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,193 @@
+"""The typed schema of the `mas:` config group (environment, router, tree rollout, grouping, policies)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from verl_mas.env import get_env_class, make_env
+from verl_mas.rollout import RolloutConfig
+from verl_mas.router import PolicyRouter
+
+Grouping = Literal["task_role_turn", "task"]
+GROUPINGS: tuple[str, ...] = ("task_role_turn", "task")
+ROUTER_NAMES: tuple[str, ...] = ("shared", "per_role")
+
+
+class MasConfigError(ValueError):
+    """A `mas:` setting is wrong; the message names the key and what it accepts."""
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Settings of one trained policy (one actor/rollout worker group).
+
+    Attributes:
+        model_path: Hugging Face id or local path of this policy's model; "" uses `actor_rollout_ref.model.path`.
+        n_gpus_per_node: GPUs per node for this policy's resource pool; None takes an equal share of what the
+            policies with an explicit number leave of `trainer.n_gpus_per_node`.
+        lora_rank: 0 trains all weights; > 0 trains a LoRA adapter of this rank (alpha and target modules come
+            from `actor_rollout_ref.model`).
+    """
+
+    model_path: str = ""
+    n_gpus_per_node: int | None = None
+    lora_rank: int = 0
+
+
+@dataclass(frozen=True)
+class MasConfig:
+    """The multi-agent settings of a run: everything verl's own config has no key for.
+
+    Attributes:
+        env: registered environment name (see `verl-mas envs`).
+        env_options: keyword arguments of the environment's constructor; must match the options the data
+            was written with (`verl-mas data ... key=value`).
+        router: "shared" (all roles on one policy), "per_role" (one policy per role, named after it) or an
+            explicit {role: policy} mapping.
+        rollout: the tree rollout: k candidates per (task, role, turn), alpha (team-reward weight), max_turns,
+            select (which score picks the continuing branch).
+        grouping: advantage groups: "task_role_turn" (AT-GRPO) or "task" (all of a task's samples in one group,
+            the no-tree baseline's grouping).
+        policies: per-policy settings keyed by policy id (as the router names them); a policy not listed here
+            uses the defaults of `PolicyConfig`.
+    """
+
+    env: str
+    env_options: Mapping[str, Any] = field(default_factory=dict)
+    router: str | Mapping[str, str] = "shared"
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    grouping: Grouping = "task_role_turn"
+    policies: Mapping[str, PolicyConfig] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.grouping not in GROUPINGS:
+            raise MasConfigError(f"mas.grouping: unknown grouping {self.grouping!r}; use one of {list(GROUPINGS)}")
+        alpha = self.rollout.alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not math.isfinite(alpha) or alpha < 0:
+            raise MasConfigError(f"mas.rollout.alpha must be a finite number >= 0, got {alpha!r}")
+        if self.rollout.with_expert:
+            raise MasConfigError(
+                "mas.rollout.with_expert must be false: expert moves feed scripted policies, not model generation"
+            )
+        router = self.policy_router()
+        for policy_id, policy in self.policies.items():
+            key = f"mas.policies.{policy_id}"
+            if policy_id not in router.policies:
+                raise MasConfigError(
+                    f"{key}: no role uses policy {policy_id!r}; the router's policies are {list(router.policies)}"
+                )
+            if not isinstance(policy.model_path, str):
+                raise MasConfigError(f"{key}.model_path must be a string, got {policy.model_path!r}")
+            gpus = policy.n_gpus_per_node
+            if gpus is not None and (not _is_int(gpus) or gpus < 1):
+                raise MasConfigError(f"{key}.n_gpus_per_node must be an integer >= 1 or null, got {gpus!r}")
+            if not _is_int(policy.lora_rank) or policy.lora_rank < 0:
+                raise MasConfigError(f"{key}.lora_rank must be an integer >= 0, got {policy.lora_rank!r}")
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The environment's roles, in workflow order, for these options."""
+        return make_env(self.env, **self.env_options).workflow().roles
+
+    def policy_router(self) -> PolicyRouter:
+        """The validated role -> policy router."""
+        try:
+            return PolicyRouter.from_spec(self.router, self.roles)
+        except ValueError as exc:
+            raise MasConfigError(f"mas.{exc}") from None
+
+    def policy_settings(self) -> dict[str, PolicyConfig]:
+        """Settings of every policy the router uses, in router order (defaults where `mas.policies` is silent)."""
+        return {p: self.policies.get(p, PolicyConfig()) for p in self.policy_router().policies}
+
+    def gpus_per_policy(self, n_gpus_per_node: int) -> dict[str, int]:
+        """GPUs per node of each policy, in router order; they add up to `n_gpus_per_node`.
+
+        Raises:
+            MasConfigError: the explicit numbers exceed the node, or the rest does not split evenly.
+        """
+        settings = self.policy_settings()
+        explicit = {p: s.n_gpus_per_node for p, s in settings.items() if s.n_gpus_per_node is not None}
+        shared_by = [p for p in settings if p not in explicit]
+        left = n_gpus_per_node - sum(explicit.values())
+        if left < 0 or (not shared_by and left != 0):
+            raise MasConfigError(
+                f"mas.policies.*.n_gpus_per_node: {explicit} must add up to trainer.n_gpus_per_node={n_gpus_per_node}"
+            )
+        if shared_by and (left < len(shared_by) or left % len(shared_by)):
+            raise MasConfigError(
+                f"mas.policies.*.n_gpus_per_node: {left} GPU(s) per node left for policies {shared_by} cannot be "
+                "shared equally with at least one each; set n_gpus_per_node for each policy"
+            )
+        share = left // len(shared_by) if shared_by else 0
+        return {p: explicit.get(p, share) for p in settings}
+
+    @classmethod
+    def from_mapping(cls, node: Mapping[str, Any]) -> MasConfig:
+        """Build and validate from a plain mapping (the resolved `mas:` node of the hydra config).
+
+        Raises:
+            MasConfigError: naming the unknown or bad key and what it accepts.
+        """
+        fields = _checked_keys(node, cls, "mas", required=("env",))
+        env = fields["env"]
+        if not isinstance(env, str):
+            raise MasConfigError(f"mas.env must be an environment name, got {env!r}")
+        try:
+            get_env_class(env)
+        except KeyError as exc:
+            raise MasConfigError(f"mas.env: {exc.args[0]}") from None
+        options = fields.get("env_options", {})
+        if not isinstance(options, Mapping):
+            raise MasConfigError(f"mas.env_options must be a mapping of constructor options, got {options!r}")
+        fields["env_options"] = dict(options)
+        try:
+            make_env(env, **fields["env_options"])
+        except ValueError as exc:
+            raise MasConfigError(f"mas.env_options: {exc}") from None
+        router = fields.get("router", "shared")
+        if isinstance(router, Mapping):
+            fields["router"] = dict(router)
+        elif router not in ROUTER_NAMES:
+            raise MasConfigError(
+                f"mas.router: unknown router {router!r}; use one of {list(ROUTER_NAMES)} or a {{role: policy}} mapping"
+            )
+        rollout = _checked_keys(fields.get("rollout", {}), RolloutConfig, "mas.rollout")
+        for key in ("k", "max_turns"):
+            value = rollout.get(key)
+            if value is not None and not _is_int(value):
+                raise MasConfigError(f"mas.rollout.{key} must be an integer, got {value!r}")
+        try:
+            fields["rollout"] = RolloutConfig(**rollout)
+        except ValueError as exc:
+            raise MasConfigError(f"mas.{exc}") from None
+        policies = fields.get("policies") or {}
+        if not isinstance(policies, Mapping):
+            raise MasConfigError(f"mas.policies must be a mapping of policy id -> settings, got {policies!r}")
+        fields["policies"] = {
+            str(policy_id): PolicyConfig(**_checked_keys(settings or {}, PolicyConfig, f"mas.policies.{policy_id}"))
+            for policy_id, settings in policies.items()
+        }
+        return cls(**fields)
+
+
+def _checked_keys(node: Any, schema: type, where: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`node` as a dict after checking its keys against the dataclass `schema`."""
+    if not isinstance(node, Mapping):
+        raise MasConfigError(f"{where} must be a mapping, got {node!r}")
+    known = [f.name for f in dataclasses.fields(schema)]
+    unknown = [str(key) for key in node if key not in known]
+    if unknown:
+        raise MasConfigError(f"{where}: unknown key(s) {unknown}; known keys: {known}")
+    missing = [key for key in required if node.get(key) is None]
+    if missing:
+        raise MasConfigError(f"{where}: missing required key(s) {missing}")
+    return dict(node)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
