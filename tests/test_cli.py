@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 
+import numpy as np
 import pytest
 
 from mas_testkit import ScriptedGenerator, spread_script
 from verl_mas.cli import main
 from verl_mas.demo import DemoConfig
 from verl_mas.env import Task
+from verl_mas.local.presets import PRESETS, resolve_train_config
+from verl_mas.local.train import LocalTrainConfig
 from verl_mas.metrics import rollout_metrics
 from verl_mas.overrides import apply_overrides, parse_overrides
 from verl_mas.rollout import GenerationRequest, RolloutConfig, rollout_tasks
@@ -97,3 +101,94 @@ def test_rollout_metrics_hand_computed():
     assert metrics["rollout/a/turn0/team_reward"] == pytest.approx((-0.2 + 0 + 0.2 + 0.4 + 0.6) / 5)
     assert metrics["rollout/a/turn0/response_length"] == pytest.approx((2 + 1 + 1 + 1 + 1) / 5)
     assert metrics["rollout/zero_variance_share"] == 0.0
+
+
+def test_rollout_metrics_per_role_and_overall_hand_computed():
+    gen = ScriptedGenerator(spread_script)  # candidates -1, 0, 1, 2, 3 for every role
+    router = PolicyRouter.from_spec("shared", ("a", "b"))
+
+    def factory(task):
+        from mas_testkit import CounterEnv
+
+        env = CounterEnv(max_turns=1)
+        env.reset(task)
+        env.target = 9
+        return env
+
+    results = asyncio.run(rollout_tasks([Task("t0", "counter", 0)], gen, router, RolloutConfig(k=5), factory))
+    metrics = rollout_metrics(results)
+    # a moves from 0 (best: 3, value 3); b from 3. Team reward 1 - |9 - v| / 9, local = progress / 3.
+    a_rewards = [(1 - (9 - d) / 9) + d / 3 for d in (-1, 0, 1, 2, 3)]
+    b_rewards = [(1 - (6 - d) / 9) + d / 3 for d in (-1, 0, 1, 2, 3)]
+    assert metrics["rollout/a/reward"] == pytest.approx(sum(a_rewards) / 5)
+    assert metrics["rollout/reward"] == pytest.approx(sum(a_rewards + b_rewards) / 10)
+    assert metrics["rollout/response_length"] == pytest.approx((2 + 1 + 1 + 1 + 1) / 5)
+    assert metrics["rollout/b/turn0/samples"] == 5 and metrics["rollout/b/invalid_move_share"] == 0.0
+    assert metrics["rollout/a/group_reward_std"] == pytest.approx(float(np.std(a_rewards)))
+
+
+def test_every_preset_builds_a_valid_config_and_presets_compose():
+    for name in PRESETS:
+        resolve_train_config({"preset": name})
+    config = resolve_train_config(parse_overrides(["preset=[smoke,lora_per_role]", "k=3", "sampling.temperature=0.5"]))
+    assert (config.router, config.lora.rank, config.k, config.model.hidden) == ("per_role", 8, 3, 32)
+    assert config.output_dir == "runs/lora_per_role" and config.update.temperature == 0.5
+    assert resolve_train_config({"preset": "single_agent"}).env_options["single_agent"] is True
+    assert resolve_train_config({"preset": "no_tree"}).rollout_mode == "independent"
+    assert resolve_train_config({"preset": "grouping_task"}).grouping == "task"
+    assert resolve_train_config({"env": "sudoku", "env_options": {"size": 4}}).env_options == {"size": 4}
+    single_sudoku = resolve_train_config({"preset": "single_agent", "env": "sudoku"})
+    assert (single_sudoku.env, single_sudoku.env_options) == ("sudoku", {"single_agent": True})
+
+
+def test_union_typed_keys_take_any_of_their_types():
+    assert resolve_train_config(parse_overrides(["resume=true"])).resume is True
+    assert resolve_train_config(parse_overrides(["resume=runs/x/checkpoints"])).resume == "runs/x/checkpoints"
+    with pytest.raises(ValueError, match="'resume' expects bool or str, got 3"):
+        resolve_train_config(parse_overrides(["resume=3"]))
+    assert resolve_train_config(parse_overrides(["update.grad_clip=null"])).update.grad_clip is None
+    assert resolve_train_config(parse_overrides(["update.grad_clip=2"])).update.grad_clip == 2.0
+    assert resolve_train_config(parse_overrides(["lora.target_modules=[q_proj]"])).lora.target_modules == ("q_proj",)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["preset=fast"], "unknown preset 'fast'; known presets: default, smoke, single_agent,"),
+        (["kk=1"], "unknown config key 'kk'; known keys: alpha, checkpoint_every,"),
+        (["model.hiden=3"], "unknown config key 'model.hiden'; known keys: heads, hidden,"),
+        (["env=no_such_env"], "unknown environment 'no_such_env'; known: "),
+        (["router={tool: a, planner: b}"], "unknown role(s) ['planner'] in mapping; the environment's roles are"),
+        (["env_options.colour=red"], "bad options for environment 'plan_path'"),
+        (["rollout_mode=forest"], "rollout_mode must be 'tree' or 'independent'"),
+    ],
+)
+def test_train_errors_name_the_problem_and_the_alternatives(tmp_path, capsys, args, message):
+    assert main(["train", *args, f"output_dir={tmp_path}"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_eval_errors_list_eval_keys_too(capsys):
+    assert main(["eval", "sample=2"]) == 2
+    assert "unknown config key 'sample'; known keys: " in (err := capsys.readouterr().err) and "samples" in err
+    assert main(["eval", "samples=0"]) == 2
+    assert "samples must be >= 1" in capsys.readouterr().err
+
+
+def test_train_help_explains_every_key_and_lists_presets(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    for name in PRESETS:
+        assert f"  {name} " in out
+    for field in dataclasses.fields(LocalTrainConfig):
+        assert f"  {field.name} " in out or f"  {field.name}.* " in out
+    assert "lr=0.0003" in out  # nested keys show their live defaults
+
+
+def test_eval_of_a_fresh_warm_start_writes_its_report(tmp_path, capsys):
+    assert main(["eval", "preset=smoke", "eval_tasks=1", f"output_dir={tmp_path}", "progress=false"]) == 0
+    report = json.loads((tmp_path / "eval.json").read_text())
+    assert (report["checkpoint"], report["step"], report["tasks"], report["samples"]) == ("", 0, 1, 1)
+    assert set(report["success"]) == {"plan_path"} and {row["role"] for row in report["role_turns"]} <= {"tool", "plan"}
+    assert "evaluation of a fresh warm start: 1 tasks x 1 samples, greedy" in capsys.readouterr().out

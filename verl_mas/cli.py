@@ -1,9 +1,11 @@
-"""The `verl-mas` command: demo, train, data, envs."""
+"""The `verl-mas` command: demo, train, eval, data, envs."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from verl_mas.overrides import apply_overrides, parse_overrides
@@ -14,12 +16,13 @@ verl-mas: multi-agent AT-GRPO for verl
   verl-mas demo [key=value ...]   one AT-GRPO batch on a scripted policy: prints the tree and advantages
                                   keys: env, env_options.<name>, tasks, k, alpha, skill, seed, router
                                   e.g.  verl-mas demo env=sudoku env_options='{size: 4, tool_mode: compact}'
-  verl-mas train [key=value ...]  local AT-GRPO training (tiny model on CPU by default): warm start,
-                                  evaluation before and after, metrics.jsonl and learning_curve.png
-                                  keys: env, env_options.<name>, router, k, alpha, grouping, steps,
-                                  tasks_per_step, eval_tasks, eval_every, seed, output_dir,
-                                  model.<path|hidden|layers|heads|vocab_size>, warm_start.<...>,
-                                  sampling.<temperature|top_p|top_k|max_new_tokens>, update.<lr|clip_ratio|...>
+  verl-mas train [preset=NAME] [key=value ...]
+                                  local AT-GRPO training (tiny model on CPU by default): warm start,
+                                  evaluation before and after, metrics.jsonl, learning_curve.png,
+                                  checkpoints (resume=true); `verl-mas train --help` lists keys and presets
+  verl-mas eval [checkpoint=PATH] [samples=N] [temperature=T] [key=value ...]
+                                  independent episodes on the evaluation split; prints success and
+                                  per role-turn statistics and writes them as JSON
   verl-mas data --env NAME --out DIR [--train N] [--eval N] [--seed S] [key=value ...]
                                   write train.parquet / eval.parquet in verl's row format
                                   (key=value pairs are environment options, e.g. size=6)
@@ -27,13 +30,56 @@ verl-mas: multi-agent AT-GRPO for verl
 """
 
 
+EVAL_HELP = """\
+evaluate on the evaluation split (eval_tasks tasks), each task with `samples` independent episodes
+
+eval keys:
+  checkpoint   a step_* checkpoint, or a folder holding them (a run's output_dir: its latest);
+               empty: evaluate a fresh warm start of the training config
+  samples      independent episodes per task (default 1)
+  temperature  sampling temperature; 0 (default): greedy
+  json         where to write the report (default: eval.json in the checkpoint, or in output_dir)"""
+
+
+class _SubcommandParser(argparse.ArgumentParser):
+    """A subcommand parser whose description may be built only when help is shown: the training key reference
+    imports the whole training stack, which other commands should not pay for."""
+
+    def __init__(self, *args, describe: Callable[[], str] | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.describe = describe
+
+    def format_help(self) -> str:
+        if self.describe is not None:
+            self.description = self.describe()
+        return super().format_help()
+
+
+def _train_help() -> str:
+    from verl_mas.local.presets import train_help
+
+    return train_help()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="verl-mas", description=USAGE, formatter_class=argparse.RawTextHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_SubcommandParser)
     demo = sub.add_parser("demo", help="one AT-GRPO batch on a scripted policy")
     demo.add_argument("overrides", nargs="*", help="key=value overrides of the demo config")
-    train = sub.add_parser("train", help="local AT-GRPO training")
+    train = sub.add_parser(
+        "train",
+        help="local AT-GRPO training",
+        describe=lambda: "local AT-GRPO training\n\n" + _train_help(),
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
     train.add_argument("overrides", nargs="*", help="key=value overrides of the training config")
+    evaluation = sub.add_parser(
+        "eval",
+        help="evaluate a checkpoint (or a fresh warm start) on the evaluation split",
+        describe=lambda: EVAL_HELP + "\n\nthe training keys rebuild the policies:\n" + _train_help(),
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    evaluation.add_argument("overrides", nargs="*", help="key=value: eval keys, then training-config keys")
     data = sub.add_parser("data", help="write train/eval parquet files for an environment")
     data.add_argument("--env", required=True)
     data.add_argument("--out", required=True, type=Path)
@@ -58,18 +104,27 @@ def _dispatch(args: argparse.Namespace) -> int:
         results, metrics = run_demo(config)
         print(format_demo(results, metrics))
     elif args.command == "train":
-        from verl_mas.local.train import LocalTrainConfig, train
+        from verl_mas.local.presets import resolve_train_config
+        from verl_mas.local.train import train
 
-        overrides = parse_overrides(args.overrides)
-        sampling_temperature = overrides.get("sampling", {}).get("temperature")
-        if sampling_temperature is not None:  # the update must score what was sampled
-            overrides.setdefault("update", {}).setdefault("temperature", sampling_temperature)
-        config = apply_overrides(LocalTrainConfig(), overrides)
-        summary = train(config)
+        summary = train(resolve_train_config(parse_overrides(args.overrides)))
         print(
             f"held-out success: {summary.eval_success_before:.3f} before RL -> {summary.eval_success_after:.3f} "
             f"after {summary.steps} steps; outputs in {summary.output_dir}"
         )
+    elif args.command == "eval":
+        from verl_mas.local.evaluate import EvalConfig, evaluate
+        from verl_mas.local.presets import resolve_train_config
+        from verl_mas.local.train import CONFIG_FILE, find_checkpoint, read_config
+
+        overrides = parse_overrides(args.overrides)
+        eval_keys = tuple(f.name for f in dataclasses.fields(EvalConfig))
+        eval_config = apply_overrides(EvalConfig(), {k: overrides.pop(k) for k in eval_keys if k in overrides})
+        checkpoint = find_checkpoint(eval_config.checkpoint) if eval_config.checkpoint else None
+        if checkpoint is not None and "preset" in overrides:
+            raise ValueError("preset: a checkpoint brings the config it was trained with; override single keys")
+        base = read_config(checkpoint / CONFIG_FILE) if checkpoint is not None else None
+        evaluate(resolve_train_config(overrides, base, other_keys=eval_keys), eval_config, checkpoint)
     elif args.command == "data":
         from verl_mas.dataset import write_dataset
 

@@ -8,11 +8,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from verl_mas.rollout import EpisodeResult
+from verl_mas.sample import Sample
 
 
 def rollout_metrics(results: Sequence[EpisodeResult], prefix: str = "rollout") -> dict[str, float]:
-    """Flat metric dict. Per-(role, turn) keys: reward, team and local means, response length,
-    mean within-group reward std, and the share of zero-variance groups (which carry no gradient)."""
+    """Flat metric dict. Overall, per role and per (role, turn): reward, team and local means, response length,
+    invalid-move share, mean within-group reward std, and the share of zero-variance groups (no gradient)."""
     if not results:
         return {}
     samples = [s for r in results for s in r.samples]
@@ -24,25 +25,45 @@ def rollout_metrics(results: Sequence[EpisodeResult], prefix: str = "rollout") -
         f"{prefix}/samples": float(len(samples)),
         f"{prefix}/invalid_move_share": float(np.mean([not s.valid for s in samples])) if samples else 0.0,
     }
+    if samples:
+        metrics[f"{prefix}/reward"] = float(np.mean([s.reward for s in samples]))
+        metrics[f"{prefix}/response_length"] = float(np.mean([len(s.response_ids) for s in samples]))
     groups: dict[tuple[str, str, int], list] = defaultdict(list)
     for s in samples:
         groups[s.group_key].append(s)
-    by_role_turn: dict[tuple[str, int], list[list]] = defaultdict(list)
-    for (_, role, turn), members in groups.items():
-        by_role_turn[(role, turn)].append(members)
-    all_stds = []
-    for (role, turn), group_list in sorted(by_role_turn.items()):
-        members = [s for g in group_list for s in g]
-        stds = [float(np.std([s.reward for s in g])) for g in group_list]
-        all_stds += stds
-        key = f"{prefix}/{role}/turn{turn}"
-        metrics[f"{key}/reward"] = float(np.mean([s.reward for s in members]))
-        metrics[f"{key}/team_reward"] = float(np.mean([s.team_reward for s in members]))
-        metrics[f"{key}/local_reward"] = float(np.mean([s.local_reward for s in members]))
-        metrics[f"{key}/response_length"] = float(np.mean([len(s.response_ids) for s in members]))
-        metrics[f"{key}/group_reward_std"] = float(np.mean(stds))
-        metrics[f"{key}/zero_variance_share"] = float(np.mean([sd == 0.0 for sd in stds]))
-    if all_stds:
-        metrics[f"{prefix}/group_reward_std"] = float(np.mean(all_stds))
-        metrics[f"{prefix}/zero_variance_share"] = float(np.mean([sd == 0.0 for sd in all_stds]))
+    by_role: dict[str, list[list]] = defaultdict(list)
+    for (_, role, _), members in groups.items():
+        by_role[role].append(members)
+    for (role, turn), stats in role_turn_stats(results).items():
+        metrics |= {f"{prefix}/{role}/turn{turn}/{name}": value for name, value in stats.items()}
+    for role, group_list in sorted(by_role.items()):
+        metrics |= {f"{prefix}/{role}/{name}": value for name, value in _group_stats(group_list).items()}
+    if groups:
+        stds = [float(np.std([s.reward for s in g])) for g in groups.values()]
+        metrics[f"{prefix}/group_reward_std"] = float(np.mean(stds))
+        metrics[f"{prefix}/zero_variance_share"] = float(np.mean([sd == 0.0 for sd in stds]))
     return metrics
+
+
+def role_turn_stats(results: Sequence[EpisodeResult]) -> dict[tuple[str, int], dict[str, float]]:
+    """Per (role, turn), in sorted order: the statistics of its samples and of its (task, role, turn) groups."""
+    by_role_turn: dict[tuple[str, int], dict[str, list[Sample]]] = defaultdict(lambda: defaultdict(list))
+    for result in results:
+        for s in result.samples:
+            by_role_turn[(s.role, s.turn)][s.task_uid].append(s)
+    return {key: _group_stats(list(groups.values())) for key, groups in sorted(by_role_turn.items())}
+
+
+def _group_stats(group_list: list[list[Sample]]) -> dict[str, float]:
+    members = [s for g in group_list for s in g]
+    stds = [float(np.std([s.reward for s in g])) for g in group_list]
+    return {
+        "samples": float(len(members)),
+        "reward": float(np.mean([s.reward for s in members])),
+        "team_reward": float(np.mean([s.team_reward for s in members])),
+        "local_reward": float(np.mean([s.local_reward for s in members])),
+        "response_length": float(np.mean([len(s.response_ids) for s in members])),
+        "invalid_move_share": float(np.mean([not s.valid for s in members])),
+        "group_reward_std": float(np.mean(stds)),
+        "zero_variance_share": float(np.mean([sd == 0.0 for sd in stds])),
+    }

@@ -10,6 +10,9 @@ import yaml
 
 C = TypeVar("C")
 
+# The member types a union-typed field (`resume: bool | str`) can be checked against.
+_SIMPLE_TYPE_NAMES = frozenset({"bool", "int", "float", "str", "None"})
+
 
 def parse_overrides(items: Sequence[str]) -> dict[str, Any]:
     """["a=1", "b.c=x"] -> {"a": 1, "b": {"c": "x"}}; values are parsed as YAML scalars/lists."""
@@ -56,11 +59,16 @@ def apply_overrides(config: C, overrides: Mapping[str, Any], path: str = "") -> 
         elif isinstance(current, Mapping) and isinstance(value, Mapping):
             changes[key] = {**current, **value}
         else:
-            changes[key] = _coerce(value, current, path + key)
+            changes[key] = _coerce(value, current, path + key, known[key].type)
     return dataclasses.replace(config, **changes)
 
 
-def _coerce(value: Any, current: Any, key: str) -> Any:
+def _coerce(value: Any, current: Any, key: str, annotation: Any) -> Any:
+    members = [member.strip() for member in str(annotation).split("|")]
+    if len(members) > 1 and all(member in _SIMPLE_TYPE_NAMES for member in members):
+        return _coerce_union(value, members, key)
+    if isinstance(current, tuple) and isinstance(value, list):
+        return tuple(value)
     if isinstance(current, bool) and not isinstance(value, bool):
         raise ValueError(f"config key {key!r} expects true/false, got {value!r}")
     if isinstance(current, int) and not isinstance(current, bool):
@@ -71,3 +79,13 @@ def _coerce(value: Any, current: Any, key: str) -> Any:
     if isinstance(current, float):
         return float(value)
     return value
+
+
+def _coerce_union(value: Any, members: list[str], key: str) -> Any:
+    """Accept a value of any member type (an int where only float is allowed becomes a float)."""
+    kind = "None" if value is None else type(value).__name__
+    if kind in members:
+        return value
+    if kind == "int" and "float" in members:
+        return float(value)
+    raise ValueError(f"config key {key!r} expects {' or '.join(members)}, got {value!r}")

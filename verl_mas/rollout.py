@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -110,6 +111,30 @@ async def rollout_tasks(
     if len(set(uids)) != len(uids):
         raise ValueError("rollout: task uids must be unique within a batch")
     return list(await asyncio.gather(*(rollout_task(t, generate, router, config, env_factory) for t in tasks)))
+
+
+async def rollout_independent(
+    tasks: Sequence[Task],
+    generate: Generate,
+    router: PolicyRouter,
+    config: RolloutConfig,
+    env_factory: EnvFactory = default_env_factory,
+) -> list[EpisodeResult]:
+    """The no-tree baseline: `config.k` independent K = 1 episodes per task, all in flight at once.
+
+    Episode j of a task tags its samples with branch j and keeps the task's uid, so a task's episodes form its
+    groups (no candidate is scored on a clone). Results are task-major: task 0's k episodes, then task 1's, ...
+    """
+    uids = [t.uid for t in tasks]
+    if len(set(uids)) != len(uids):
+        raise ValueError("rollout: task uids must be unique within a batch")
+    single = dataclasses.replace(config, k=1)
+    results = await asyncio.gather(
+        *(rollout_task(t, generate, router, single, env_factory) for t in tasks for _ in range(config.k))
+    )
+    for index, result in enumerate(results):
+        result.samples = [dataclasses.replace(s, branch=index % config.k) for s in result.samples]
+    return list(results)
 
 
 async def rollout_task(

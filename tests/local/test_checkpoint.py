@@ -12,7 +12,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import LlamaForCausalLM
 
 from verl_mas.advantage import compute_at_grpo_advantage
-from verl_mas.local.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from verl_mas.local.checkpoint import is_checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from verl_mas.local.model import build_tiny_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
 from verl_mas.sample import Sample, VerlBatchTensors, samples_to_tensors
@@ -136,3 +136,16 @@ def test_load_rejects_other_names(tmp_path: Path) -> None:
     path = save_checkpoint(tmp_path, 1, models, trainers)
     with pytest.raises(ValueError, match="trainers"):
         load_checkpoint(path, models, {"coder": trainers["coder"]})
+
+
+def test_caller_files_are_part_of_the_atomic_checkpoint(tmp_path: Path) -> None:
+    models, trainers = full_models(0)
+    path = save_checkpoint(tmp_path, 1, models, trainers, write_files=lambda d: (d / "note.txt").write_text("x"))
+    assert (path / "note.txt").read_text() == "x" and is_checkpoint(path)
+
+    def fail(folder: Path) -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(tmp_path, 2, models, trainers, write_files=fail)
+    assert latest_checkpoint(tmp_path) == path and not is_checkpoint(tmp_path / "step_00000002")

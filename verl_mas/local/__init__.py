@@ -1,1 +1,1 @@
-"""Local engine: a tokenizer trained in seconds, tiny or loaded causal LMs, batched sampling, log-prob recompute."""
+"""Local engine: tokenizer, tiny or loaded LMs, batched sampling, PPO update, training loop, checkpoints, evaluation."""

@@ -7,7 +7,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,7 @@ def save_checkpoint(
     models: Mapping[str, torch.nn.Module],
     trainers: Mapping[str, PolicyTrainer],
     extra: Mapping[str, Any] | None = None,
+    write_files: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write `root/step_{step:08d}` atomically: everything goes to a tmp dir that is renamed into place.
 
@@ -45,6 +46,8 @@ def save_checkpoint(
         models: named models; a base model shared by LoRA trainers is listed once.
         trainers: named PolicyTrainers (optimizer state, shuffle generator, optimizer-step count).
         extra: JSON-serialisable caller state (e.g. a data cursor), returned by `load_checkpoint`.
+        write_files: called with the unfinished directory to add the caller's own files (tokenizer, config,
+            sampler states), so that they are part of the same atomic rename.
 
     Returns:
         The checkpoint directory.
@@ -61,6 +64,8 @@ def save_checkpoint(
     for name, trainer in trainers.items():
         torch.save(trainer.state_dict(), tmp / f"trainer_{_safe(name)}.pt")
     torch.save(_rng_state(), tmp / "rng.pt")
+    if write_files is not None:
+        write_files(tmp)
     meta = {"step": step, "models": sorted(models), "trainers": sorted(trainers), "extra": dict(extra or {})}
     (tmp / _META_FILE).write_text(json.dumps(meta, indent=2))
     if final.exists():  # re-saving a step: move the old one aside so the rename below cannot fail half-way
@@ -94,16 +99,18 @@ def load_checkpoint(
     return LoadedCheckpoint(path=path, step=int(meta["step"]), extra=meta["extra"])
 
 
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether `path` is a complete checkpoint directory (a step_* dir whose meta.json was written)."""
+    path = Path(path)
+    return bool(_STEP_DIR.match(path.name)) and (path / _META_FILE).is_file()
+
+
 def latest_checkpoint(root: str | Path) -> Path | None:
     """The complete checkpoint with the highest step under `root`, or None (tmp and unfinished dirs are skipped)."""
     root = Path(root)
     if not root.is_dir():
         return None
-    complete = [
-        (int(match.group(1)), child)
-        for child in root.iterdir()
-        if (match := _STEP_DIR.match(child.name)) and (child / _META_FILE).is_file()
-    ]
+    complete = [(int(_STEP_DIR.match(child.name).group(1)), child) for child in root.iterdir() if is_checkpoint(child)]
     return max(complete)[1] if complete else None
 
 

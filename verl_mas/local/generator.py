@@ -10,6 +10,7 @@ can be drawn; the log-probs stay those of the policy being trained.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -51,10 +52,15 @@ class SampledSequence:
 
 @dataclass(frozen=True)
 class PolicyModel:
-    """The model and tokenizer that serve one policy; several policies may share one instance."""
+    """The model and tokenizer that serve one policy; several policies may share one instance.
+
+    `adapter` names the peft LoRA adapter of this policy on a shared base model: it is activated before
+    the policy's requests are sampled, and requests for different adapters are never in one batch.
+    """
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
+    adapter: str | None = None
 
 
 @dataclass
@@ -67,6 +73,8 @@ class GeneratorStats:
     forward_calls: int = 0  # model forward passes (prefill + decode steps)
     sequences: int = 0
     generated_tokens: int = 0
+    sampling_s: float = 0.0  # inside sample_batch: the model's forward passes and token choice
+    serving_s: float = 0.0  # all of serving: sampling plus prompt rendering, tokenizing and decoding
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
@@ -255,10 +263,11 @@ class BatchingGenerator:
             await asyncio.sleep(0)
         batch, self._pending, self._flusher = self._pending, [], None
         self.stats.flushes += 1
-        by_model: dict[int, list[_Pending]] = {}
+        by_model: dict[tuple[int, str | None], list[_Pending]] = {}
         for item in batch:
             if not item.future.cancelled():
-                by_model.setdefault(id(self.policies[item.request.policy].model), []).append(item)
+                policy = self.policies[item.request.policy]
+                by_model.setdefault((id(policy.model), policy.adapter), []).append(item)
         for items in by_model.values():
             try:
                 self._serve(items)
@@ -267,9 +276,19 @@ class BatchingGenerator:
                     if not item.future.done():
                         item.future.set_exception(exc)
 
+    def rng_state(self) -> torch.Tensor:
+        """The sampling generator's state, for checkpoints (sampling is the only consumer of this stream)."""
+        return self._rng.get_state()
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        self._rng.set_state(state)
+
     def _serve(self, items: list[_Pending]) -> None:
-        """Sample every request of one model, in chunks of at most max_batch_sequences rows."""
+        """Sample every request of one model (and adapter), in chunks of at most max_batch_sequences rows."""
+        started = time.perf_counter()
         policy = self.policies[items[0].request.policy]
+        if policy.adapter is not None:
+            policy.model.set_adapter(policy.adapter)
         tokenizer = policy.tokenizer
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos_ids = eos_token_ids(policy.model, tokenizer)
@@ -283,6 +302,7 @@ class BatchingGenerator:
         results: list[list[Generation]] = [[] for _ in items]
         for start in range(0, len(rows), self.max_batch_sequences):
             chunk = rows[start : start + self.max_batch_sequences]
+            sampling_started = time.perf_counter()
             sampled = sample_batch(
                 policy.model,
                 [prompt for _, prompt in chunk],
@@ -292,6 +312,7 @@ class BatchingGenerator:
                 generator=self._rng,
                 stats=self.stats,
             )
+            self.stats.sampling_s += time.perf_counter() - sampling_started
             self.stats.batched_calls += 1
             for (index, prompt), seq in zip(chunk, sampled, strict=True):
                 text = tokenizer.decode(list(seq.response_ids), skip_special_tokens=True)
@@ -301,3 +322,4 @@ class BatchingGenerator:
         for item, generations in zip(items, results, strict=True):
             if not item.future.done():
                 item.future.set_result(generations)
+        self.stats.serving_s += time.perf_counter() - started

@@ -15,20 +15,43 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from peft import LoraConfig, get_peft_model
 
 from verl_mas.advantage import compute_at_grpo_advantage
 from verl_mas.dataset import split_tasks
 from verl_mas.env import Message, Task, make_env
+from verl_mas.local.checkpoint import is_checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from verl_mas.local.generator import BatchingGenerator, PolicyModel, SamplingConfig
 from verl_mas.local.model import build_tiny_model, load_model
+from verl_mas.local.reporting import MetricsSink
 from verl_mas.local.tokenizer import load_tokenizer, train_tokenizer
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
 from verl_mas.metrics import rollout_metrics
-from verl_mas.rollout import EpisodeResult, Generation, GenerationRequest, RolloutConfig, rollout_tasks
+from verl_mas.overrides import apply_overrides
+from verl_mas.rollout import (
+    EnvFactory,
+    EpisodeResult,
+    Generation,
+    GenerationRequest,
+    RolloutConfig,
+    default_env_factory,
+    rollout_independent,
+    rollout_tasks,
+)
 from verl_mas.router import PolicyRouter
 from verl_mas.sample import Sample, samples_to_tensors
 
 Grouping = Literal["task_role_turn", "task"]
+RolloutMode = Literal["tree", "independent"]
+CHECKPOINT_DIR = "checkpoints"
+TOKENIZER_DIR = "tokenizer"
+CONFIG_FILE = "config.json"
+GENERATORS_FILE = "generators.pt"
+LORA_BASE_MODEL = "base"  # the checkpoint name of the one model that carries every policy's adapter
+# Keys a resumed run may change without a note: they do not change what the next step computes.
+RESUME_FREE_KEYS = ("steps", "resume", "progress", "tensorboard", "eval_every", "checkpoint_every", "output_dir")
+ExpertPair = tuple[str, tuple[Message, ...], str]  # (policy, prompt messages, expert move)
+Policies = tuple[dict[str, torch.nn.Module], dict[str, PolicyTrainer], dict[str, PolicyModel]]
 WARM_START_FIRST_INDEX = 10**6  # expert episodes use train boards far past those the RL steps reach
 
 
@@ -55,6 +78,19 @@ class WarmStartConfig:
 
 
 @dataclass(frozen=True)
+class LoraSpec:
+    """With rank > 0: one base model carrying one peft LoRA adapter per policy, instead of one whole model each.
+
+    The base is warm-started on every policy's expert moves, then frozen; adapters start as the identity
+    (peft zero-initialises B). No LoRA dropout: training must score the same function the sampler drew from.
+    """
+
+    rank: int = 0
+    alpha: float = 16.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+@dataclass(frozen=True)
 class LocalTrainConfig:
     """Everything a local run needs; every field can be overridden on the command line as key=value."""
 
@@ -77,8 +113,19 @@ class LocalTrainConfig:
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0, max_new_tokens=24))
     update: UpdateConfig = field(default_factory=lambda: UpdateConfig(lr=3e-4, weight_decay=0.0))
+    lora: LoraSpec = field(default_factory=LoraSpec)
+    rollout_mode: RolloutMode = "tree"  # "independent": the no-tree ablation, K whole episodes per task
+    resume: bool | str = False  # true: the latest checkpoint under output_dir, if any; a path: that checkpoint
+    progress: bool = True  # a progress bar over steps; false: one log line per step
+    tensorboard: bool = False  # also write the metrics as TensorBoard scalars to output_dir/tb
 
     def __post_init__(self) -> None:
+        if self.rollout_mode not in ("tree", "independent"):
+            raise ValueError(f"rollout_mode must be 'tree' or 'independent', got {self.rollout_mode!r}")
+        if self.resume == "":
+            raise ValueError("resume must be true, false or a checkpoint path, got an empty string")
+        if self.lora.rank < 0:
+            raise ValueError(f"lora.rank must be >= 0 (0: one whole model per policy), got {self.lora.rank}")
         if self.grouping not in ("task_role_turn", "task"):
             raise ValueError(f"grouping must be 'task_role_turn' or 'task', got {self.grouping!r}")
         if self.update.temperature != self.sampling.temperature:
@@ -192,9 +239,14 @@ def sample_advantages(samples: list[Sample], grouping: Grouping) -> torch.Tensor
 
 
 class LocalRun:
-    """One local training run's state: models, trainers, generators, and its output folder."""
+    """One local training run's state: models (or adapters), trainers, generators, and its output folder.
 
-    def __init__(self, config: LocalTrainConfig, log: Callable[[str], None] = print) -> None:
+    With `checkpoint`, the tokenizer is read from it and no warm start runs: `load` then fills in the weights.
+    """
+
+    def __init__(
+        self, config: LocalTrainConfig, log: Callable[[str], None] = print, checkpoint: Path | None = None
+    ) -> None:
         self.config = config
         self.log = log
         self.out = Path(config.output_dir)
@@ -204,16 +256,19 @@ class LocalRun:
         torch.manual_seed(config.seed)
         roles = make_env(config.env, **config.env_options).workflow().roles
         self.router = PolicyRouter.from_spec(config.router, roles)
-        pairs = collect_expert_pairs(config, self.router)
-        self.tokenizer = self._tokenizer(pairs)
-        self.models = {policy: self._model(i) for i, policy in enumerate(self.router.policies)}
-        if not config.model.path:
-            for policy, model in self.models.items():
-                own = [(messages, move) for p, messages, move in pairs if p == policy]
-                loss = warm_start(model, self.tokenizer, own, config.warm_start, config.seed)
-                self.log(f"warm start {policy}: {len(own)} expert moves, final loss {loss:.3f}")
-        self.trainers = {policy: PolicyTrainer(model, config.update) for policy, model in self.models.items()}
-        served = {policy: PolicyModel(model, self.tokenizer) for policy, model in self.models.items()}
+        self.env_factory: EnvFactory = default_env_factory
+        if checkpoint is None:
+            pairs = collect_expert_pairs(config, self.router)
+            self.tokenizer = self._tokenizer(pairs)
+        else:
+            pairs = []
+            self.tokenizer = load_tokenizer(checkpoint / TOKENIZER_DIR)
+        warm_start_pairs = [] if config.model.path else pairs
+        if config.lora.rank:
+            self.models, self.trainers, served = self._adapter_policies(warm_start_pairs)
+        else:
+            self.models, self.trainers, served = self._whole_model_policies(warm_start_pairs)
+        self.served: dict[str, PolicyModel] = served
         self.sampler = BatchingGenerator(served, config.sampling, seed=config.seed)
         greedy = dataclasses.replace(config.sampling, greedy=True)
         self.evaluator = BatchingGenerator(served, greedy, seed=config.seed)
@@ -240,64 +295,194 @@ class LocalRun:
             eos_token_id=self.tokenizer.eos_token_id,
         )
 
+    def _warm_start(self, name: str, model: torch.nn.Module, pairs: list[tuple[tuple[Message, ...], str]]) -> None:
+        if pairs:
+            loss = warm_start(model, self.tokenizer, pairs, self.config.warm_start, self.config.seed)
+            self.log(f"warm start {name}: {len(pairs)} expert moves, final loss {loss:.3f}")
+
+    def _whole_model_policies(self, pairs: list[ExpertPair]) -> Policies:
+        """One whole model per policy, each warm-started on its own roles' expert moves."""
+        models, trainers, served = {}, {}, {}
+        for index, policy in enumerate(self.router.policies):
+            model = self._model(index)
+            self._warm_start(policy, model, [(messages, move) for p, messages, move in pairs if p == policy])
+            models[policy] = model
+            trainers[policy] = PolicyTrainer(model, self.config.update)
+            served[policy] = PolicyModel(model, self.tokenizer)
+        return models, trainers, served
+
+    def _adapter_policies(self, pairs: list[ExpertPair]) -> Policies:
+        """One base model, warm-started on every expert move, carrying one LoRA adapter per policy."""
+        base = self._model(0)
+        self._warm_start(LORA_BASE_MODEL, base, [(messages, move) for _, messages, move in pairs])
+        spec = self.config.lora
+        lora = LoraConfig(
+            r=spec.rank,
+            lora_alpha=spec.alpha,
+            target_modules=list(spec.target_modules),
+            lora_dropout=0.0,
+            task_type="CAUSAL_LM",
+        )
+        policies = self.router.policies
+        with torch.random.fork_rng(devices=[]):  # adapter init draws from its own seeded stream
+            torch.manual_seed(self.config.seed)
+            model = get_peft_model(base, lora, adapter_name=policies[0])
+            for policy in policies[1:]:
+                model.add_adapter(policy, lora)
+        trainers = {policy: PolicyTrainer(model, self.config.update, adapter_name=policy) for policy in policies}
+        served = {policy: PolicyModel(model, self.tokenizer, adapter=policy) for policy in policies}
+        return {LORA_BASE_MODEL: model}, trainers, served
+
+    def rollout(
+        self, tasks: list[Task], generator: BatchingGenerator, k: int, mode: RolloutMode
+    ) -> list[EpisodeResult]:
+        """The tree rollout, or K independent episodes per task (the no-tree ablation, and sampled evaluation)."""
+        rollout = rollout_tasks if mode == "tree" else rollout_independent
+        rollout_config = RolloutConfig(k=k, alpha=self.config.alpha)
+        return asyncio.run(rollout(tasks, generator, self.router, rollout_config, self.env_factory))
+
     def evaluate(self) -> tuple[float, dict[str, float]]:
         """Success on the evaluation split: K = 1, greedy, independent rollouts."""
         tasks = make_tasks(self.config, "eval", 0, self.config.eval_tasks)
-        results = asyncio.run(rollout_tasks(tasks, self.evaluator, self.router, RolloutConfig(k=1)))
-        metrics = rollout_metrics(results, prefix="eval")
+        metrics = rollout_metrics(self.rollout(tasks, self.evaluator, 1, "tree"), prefix="eval")
         return metrics["eval/success"], metrics
 
     def train_step(self, step: int) -> dict[str, float]:
         config = self.config
-        started = time.perf_counter()
+        step_started = time.perf_counter()
         tasks = make_tasks(config, "train", step * config.tasks_per_step, config.tasks_per_step)
-        results: list[EpisodeResult] = asyncio.run(
-            rollout_tasks(tasks, self.sampler, self.router, RolloutConfig(k=config.k, alpha=config.alpha))
-        )
-        rollout_s = time.perf_counter() - started
+        stats = self.sampler.stats
+        sampling_before, serving_before = stats.sampling_s, stats.serving_s
+        results = self.rollout(tasks, self.sampler, config.k, config.rollout_mode)
+        sampling_s = stats.sampling_s - sampling_before
+        timing = {
+            "time/rollout_s": time.perf_counter() - step_started,
+            "time/generation_s": sampling_s,
+            "time/generator_overhead_s": stats.serving_s - serving_before - sampling_s,
+        }
         samples = [s for r in results for s in r.samples]
         metrics = rollout_metrics(results)
-        if not samples:
-            return metrics | {"time/rollout_s": rollout_s}
-        advantages = sample_advantages(samples, config.grouping)
+        if samples:
+            started = time.perf_counter()
+            advantages = sample_advantages(samples, config.grouping)
+            timing["time/advantage_s"] = time.perf_counter() - started
+            metrics |= self._update(samples, advantages, timing)
+        timing["time/step_s"] = time.perf_counter() - step_started
+        return metrics | timing
+
+    def _update(self, samples: list[Sample], advantages: torch.Tensor, timing: dict[str, float]) -> dict[str, float]:
+        """One PolicyTrainer step per policy on its own samples; adds tensors_s and update_s to `timing`."""
         started = time.perf_counter()
+        tensors_s = 0.0
+        metrics: dict[str, float] = {}
         by_policy: dict[str, list[int]] = defaultdict(list)
         for i, s in enumerate(samples):
             by_policy[s.policy].append(i)
         for policy, rows in by_policy.items():
+            packing_started = time.perf_counter()
             tensors = samples_to_tensors([samples[i] for i in rows], pad_token_id=self.tokenizer.pad_token_id)
             token_advantages = advantages[rows].unsqueeze(-1) * tensors.response_mask
+            tensors_s += time.perf_counter() - packing_started
             update = self.trainers[policy].step(tensors, token_advantages)
             metrics |= {f"update/{policy}/{k}": v for k, v in update.items()}
-        metrics["time/rollout_s"] = rollout_s
-        metrics["time/update_s"] = time.perf_counter() - started
+        timing["time/tensors_s"] = tensors_s
+        timing["time/update_s"] = time.perf_counter() - started
         return metrics
+
+    def save(self, step: int, history: list[dict[str, float]]) -> Path:
+        """Checkpoint everything the next step depends on, and the tokenizer and config that rebuild the run."""
+
+        def write_files(folder: Path) -> None:
+            self.tokenizer.save_pretrained(str(folder / TOKENIZER_DIR))
+            (folder / CONFIG_FILE).write_text(config_json(self.config))
+            generators = {"sampler": self.sampler.rng_state(), "evaluator": self.evaluator.rng_state()}
+            torch.save(generators, folder / GENERATORS_FILE)
+
+        root = self.out / CHECKPOINT_DIR
+        return save_checkpoint(root, step, self.models, self.trainers, {"history": history}, write_files)
+
+    def load(self, path: Path) -> tuple[int, list[dict[str, float]]]:
+        """Restore a checkpoint written by `save`; returns its step and the metrics history up to it."""
+        loaded = load_checkpoint(path, self.models, self.trainers)
+        generators = torch.load(path / GENERATORS_FILE, weights_only=True)
+        self.sampler.set_rng_state(generators["sampler"])
+        self.evaluator.set_rng_state(generators["evaluator"])
+        return loaded.step, loaded.extra["history"]
+
+
+def config_json(config: LocalTrainConfig) -> str:
+    return json.dumps(dataclasses.asdict(config), indent=2, default=str)
+
+
+def read_config(path: Path) -> LocalTrainConfig:
+    """The config a run saved as JSON (environment options replace the defaults' instead of merging into them)."""
+    saved = json.loads(Path(path).read_text())
+    return apply_overrides(dataclasses.replace(LocalTrainConfig(), env_options={}), saved)
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """A checkpoint directory itself, else the latest under `path` or under `path/checkpoints` (a run's folder)."""
+    path = Path(path)
+    if is_checkpoint(path):
+        return path
+    for folder in (path, path / CHECKPOINT_DIR):
+        found = latest_checkpoint(folder)
+        if found is not None:
+            return found
+    raise ValueError(f"no checkpoint at {path} (neither a step_* checkpoint nor a folder holding one)")
+
+
+def resume_checkpoint(config: LocalTrainConfig, log: Callable[[str], None]) -> Path | None:
+    """The checkpoint `config.resume` asks for; resume=true with none under output_dir starts afresh."""
+    if config.resume is False:
+        return None
+    if config.resume is True:
+        found = latest_checkpoint(Path(config.output_dir) / CHECKPOINT_DIR)
+        if found is None:
+            log(f"resume: no checkpoint under {config.output_dir}/{CHECKPOINT_DIR}, starting afresh")
+        return found
+    return find_checkpoint(config.resume)
 
 
 def train(config: LocalTrainConfig, log: Callable[[str], None] = print) -> TrainSummary:
-    """Warm start, evaluate, run `config.steps` AT-GRPO steps (evaluating every `eval_every`), evaluate again."""
-    run = LocalRun(config, log)
-    (run.out / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2, default=str))
-    before, _ = run.evaluate()
-    log(f"eval success before RL: {before:.3f}")
-    history: list[dict[str, float]] = [{"step": 0, "eval/success": before}]
-    metrics_file = run.out / "metrics.jsonl"
-    with metrics_file.open("w") as sink:
-        sink.write(json.dumps(history[0]) + "\n")
-        for step in range(config.steps):
+    """Warm start (or resume), evaluate, run AT-GRPO steps up to `config.steps` (evaluating every `eval_every`,
+    checkpointing every `checkpoint_every` and at the end), and evaluate again."""
+    checkpoint = resume_checkpoint(config, log)
+    run = LocalRun(config, log, checkpoint)
+    (run.out / CONFIG_FILE).write_text(config_json(config))
+    if checkpoint is None:
+        before, _ = run.evaluate()
+        log(f"eval success before RL: {before:.3f}")
+        start, history = 0, [{"step": 0, "eval/success": before}]
+    else:
+        start, history = run.load(checkpoint)
+        log(f"resumed from {checkpoint} at step {start}")
+        saved = json.loads((checkpoint / CONFIG_FILE).read_text())
+        current = json.loads(config_json(config))
+        changed = [k for k, v in current.items() if k not in RESUME_FREE_KEYS and saved.get(k) != v]
+        if changed:
+            log(f"resume: the checkpoint was trained with other {', '.join(changed)}: continuing with the new values")
+    sink = MetricsSink(
+        run.out, history, config.steps, tensorboard=config.tensorboard, progress=config.progress, log=log
+    )
+    try:
+        for step in range(start, config.steps):
             metrics = {"step": step + 1} | run.train_step(step)
-            if (step + 1) % config.eval_every == 0 or step + 1 == config.steps:
+            last = step + 1 == config.steps
+            if (step + 1) % config.eval_every == 0 or last:
                 started = time.perf_counter()
-                metrics["eval/success"] = run.evaluate()[0]
+                metrics |= run.evaluate()[1]
                 metrics["time/eval_s"] = time.perf_counter() - started
             history.append(metrics)
-            sink.write(json.dumps(metrics) + "\n")
-            sink.flush()
-            shown = f" eval={metrics['eval/success']:.3f}" if "eval/success" in metrics else ""
-            log(f"step {step + 1}/{config.steps} train success={metrics.get('rollout/success', 0):.3f}{shown}")
-    after = history[-1].get("eval/success", before)
+            sink.add(metrics)
+            if config.checkpoint_every and ((step + 1) % config.checkpoint_every == 0 or last):
+                run.save(step + 1, history)
+    finally:
+        sink.close()
+    before = history[0]["eval/success"]
+    evals = [row["eval/success"] for row in history if "eval/success" in row]
     plot_learning_curve(history, run.out / "learning_curve.png")
-    return TrainSummary(before, after, config.steps, run.out, history)
+    return TrainSummary(before, evals[-1], config.steps, run.out, history)
 
 
 def plot_learning_curve(history: list[dict[str, float]], path: Path) -> None:

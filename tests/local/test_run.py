@@ -1,0 +1,231 @@
+"""The local run end to end: exact resume at every policy level, LoRA adapter routing, eval, metrics and TensorBoard."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from verl_mas.cli import main
+from verl_mas.env import ENVS, MultiAgentEnv, StepResult, Task, Workflow, register_env
+from verl_mas.local.presets import apply_train_overrides
+from verl_mas.local.train import LocalRun, LocalTrainConfig, render_prompt, train
+from verl_mas.overrides import apply_overrides
+from verl_mas.rollout import GenerationRequest
+from verl_mas.sample import Sample, samples_to_tensors
+
+
+class SayDigitEnv(MultiAgentEnv):
+    """Each role says the task's digit. Local reward -|len(reply) - 1| / 8, so random replies get different rewards
+    (groups have variance and updates move the weights); solved, and done, once a role says the digit."""
+
+    def __init__(self, max_turns: int = 2, single_agent: bool = False) -> None:
+        self.roles = ("solo",) if single_agent else ("red", "blue")
+        self.max_turns = max_turns
+        self.digit = "0"
+        self.said = False
+
+    def workflow(self) -> Workflow:
+        return Workflow(roles=self.roles, max_turns=self.max_turns)
+
+    def reset(self, task: Task) -> None:
+        self.digit = str(task.seed % 10)
+        self.said = False
+
+    def observe(self, role: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": f"{role}: say {self.digit}"}]
+
+    def step(self, role: str, text: str) -> StepResult:
+        self.said = self.said or text.strip() == self.digit
+        return StepResult(float(self.said), -abs(len(text) - 1) / 8, self.said, valid=text.strip().isdigit())
+
+    def clone(self) -> SayDigitEnv:
+        other = SayDigitEnv(self.max_turns, self.roles == ("solo",))
+        other.digit, other.said = self.digit, self.said
+        return other
+
+    @property
+    def done(self) -> bool:
+        return self.said
+
+    def success(self) -> bool:
+        return self.said
+
+    def expert(self, role: str) -> str:
+        return self.digit
+
+
+if "say_digit" not in ENVS:
+    register_env("say_digit")(SayDigitEnv)
+
+LEVELS = {
+    "L0_single_agent": {"env_options": {"single_agent": True}, "router": "shared"},
+    "L1_shared": {"router": "shared"},
+    "L2_lora_per_role": {"router": "per_role", "lora": {"rank": 4}},
+    "L3_per_role": {"router": "per_role"},
+}
+
+
+def tiny_config(output_dir: Path, **overrides) -> LocalTrainConfig:
+    """Every size and rate set here, so that changes to the defaults do not change what these tests run."""
+    base = {
+        "env": "say_digit",
+        "env_options": {"max_turns": 1},
+        "k": 2,
+        "tasks_per_step": 2,
+        "steps": 2,
+        "eval_tasks": 2,
+        "eval_every": 100,
+        "seed": 0,
+        "output_dir": str(output_dir),
+        "model": {"path": "", "hidden": 32, "layers": 1, "heads": 4, "vocab_size": 300, "max_positions": 128},
+        "warm_start": {"tasks": 4, "epochs": 1, "lr": 3e-3, "batch_size": 8},
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 6},
+        "update": {"lr": 1e-2, "temperature": 1.0},
+        "progress": False,
+    }
+    return apply_train_overrides(apply_train_overrides(LocalTrainConfig(), base), overrides)
+
+
+def checkpoint_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
+    tensors = {}
+    for file in sorted(checkpoint.glob("model_*.pt")):
+        for name, value in torch.load(file, weights_only=True).items():
+            tensors[f"{file.stem}/{name}"] = value
+    return tensors
+
+
+def without_timings(row: dict[str, float]) -> dict[str, float]:
+    return {key: value for key, value in row.items() if not key.startswith("time/")}
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_resume_continues_exactly_at_every_policy_level(tmp_path, level):
+    overrides = LEVELS[level]
+    straight = train(tiny_config(tmp_path / "straight", steps=4, checkpoint_every=2, **overrides), log=lambda _: None)
+    stopped = tiny_config(tmp_path / "stopped", steps=2, checkpoint_every=2, **overrides)
+    train(stopped, log=lambda _: None)
+    with (tmp_path / "stopped" / "metrics.jsonl").open("a") as sink:  # a crash after writing step 3's row
+        sink.write(json.dumps({"step": 3, "rollout/success": -1.0}) + "\n")
+    resumed = train(apply_overrides(stopped, {"steps": 4, "resume": True}), log=lambda _: None)
+
+    expected = checkpoint_tensors(tmp_path / "straight" / "checkpoints" / "step_00000004")
+    got = checkpoint_tensors(tmp_path / "stopped" / "checkpoints" / "step_00000004")
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        assert torch.equal(got[name], value), name
+    at_step_2 = checkpoint_tensors(tmp_path / "straight" / "checkpoints" / "step_00000002")
+    assert any(not torch.equal(at_step_2[name], value) for name, value in expected.items())  # steps 3-4 moved them
+    rows = [json.loads(line) for line in (tmp_path / "stopped" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [0, 1, 2, 3, 4]
+    assert [without_timings(row) for row in rows[3:]] == [without_timings(row) for row in straight.history[3:]]
+    assert [without_timings(row) for row in resumed.history] == [without_timings(row) for row in rows]
+    roles = ("solo",) if level.startswith("L0") else ("red", "blue")
+    assert {key.split("/")[1] for key in rows[4] if key.startswith("update/")} == set(
+        ("shared",) if overrides["router"] == "shared" else roles
+    )
+    assert all(f"rollout/{role}/turn0/reward" in rows[4] for role in roles)
+
+
+def greedy_replies(run: LocalRun, policies: tuple[str, ...]) -> dict[str, tuple[tuple[int, ...], tuple[float, ...]]]:
+    """Each policy's greedy reply to the same prompt, with the log-probs the sampler recorded."""
+    messages = ({"role": "user", "content": "red: say 7"},)
+    requests = [GenerationRequest(f"t/{p}", p, p, messages, n=1) for p in policies]
+
+    async def ask():
+        return await asyncio.gather(*(run.evaluator(request) for request in requests))
+
+    return {r.policy: (g[0].response_ids, g[0].logprobs) for r, g in zip(requests, asyncio.run(ask()), strict=True)}
+
+
+def trainer_logprobs(run: LocalRun, policy: str, prompt: tuple[int, ...], response: tuple[int, ...]) -> torch.Tensor:
+    sample = Sample("t", policy, 0, 0, policy, prompt, response, None, 0.0, 0.0, 0.0, True)
+    tensors = samples_to_tensors([sample], pad_token_id=run.tokenizer.pad_token_id)
+    return run.trainers[policy].compute_logprobs(tensors)[0, : len(response)]
+
+
+def test_each_role_samples_with_the_lora_adapter_it_trains(tmp_path):
+    run = LocalRun(tiny_config(tmp_path, router="per_role", lora={"rank": 4}), log=lambda _: None)
+    assert list(run.models) == ["base"] and set(run.trainers) == {"red", "blue"}
+    before = greedy_replies(run, ("red", "blue"))
+    assert before["red"] == before["blue"]  # peft starts every adapter as the identity
+    calls = run.evaluator.stats.batched_calls
+
+    prompt = tuple(render_prompt(run.tokenizer, ({"role": "user", "content": "red: say 7"},)))
+    samples = [Sample("t", "red", 0, i, "red", prompt, (5 + i, 6), None, 0.0, 0.0, 0.0, True) for i in range(4)]
+    tensors = samples_to_tensors(samples, pad_token_id=run.tokenizer.pad_token_id)
+    advantages = torch.tensor([[1.0], [-1.0], [1.0], [-1.0]]) * tensors.response_mask
+    run.trainers["red"].step(tensors, advantages)  # leaves adapter "red" active in the shared model
+
+    after = greedy_replies(run, ("blue", "red"))
+    assert run.evaluator.stats.batched_calls == calls + 2  # one batch per adapter, never mixed
+    assert after["blue"] == before["blue"]  # blue's adapter is untouched, and blue is not sampled with red's
+    assert after["red"][1] != before["red"][1]
+    for policy in ("red", "blue"):
+        response, sampled = after[policy]
+        recomputed = trainer_logprobs(run, policy, prompt, response)
+        assert torch.allclose(recomputed, torch.tensor(sampled), atol=1e-5), policy
+    response_blue, sampled_blue = after["blue"]
+    assert not torch.allclose(
+        trainer_logprobs(run, "red", prompt, response_blue), torch.tensor(sampled_blue), atol=1e-3
+    )
+
+
+def test_eval_command_reproduces_the_training_evaluation_from_a_checkpoint(tmp_path, capsys):
+    config = tiny_config(tmp_path / "run", steps=1, checkpoint_every=1, eval_tasks=3)
+    trained = train(config, log=lambda _: None)
+    checkpoint = tmp_path / "run" / "checkpoints" / "step_00000001"
+    report_path = tmp_path / "greedy.json"
+    assert main(["eval", f"checkpoint={tmp_path / 'run'}", f"json={report_path}"]) == 0
+    greedy = json.loads(report_path.read_text())
+    assert greedy["checkpoint"] == str(checkpoint) and greedy["step"] == 1
+    assert greedy["success"] == {"say_digit": trained.history[-1]["eval/success"]}
+    run = LocalRun(config, log=lambda _: None, checkpoint=checkpoint)
+    run.load(checkpoint)
+    assert greedy["metrics"] == run.evaluate()[1]
+
+    assert main(["eval", f"checkpoint={checkpoint}", "preset=smoke"]) == 2
+    assert "a checkpoint brings the config it was trained with" in capsys.readouterr().err
+    assert main(["eval", f"checkpoint={checkpoint}", "samples=2", "temperature=1.5", "eval_tasks=2"]) == 0
+    out = capsys.readouterr().out
+    assert "2 tasks x 2 samples, temperature 1.5" in out and "role" in out and "group std" in out
+    sampled = json.loads((checkpoint / "eval.json").read_text())
+    assert (sampled["tasks"], sampled["samples"], sampled["temperature"]) == (2, 2, 1.5)
+    assert [(row["role"], row["turn"]) for row in sampled["role_turns"]] == [("blue", 0), ("red", 0)]
+    samples = sampled["metrics"]["eval/samples"]  # 2 tasks x 2 episodes of 1 turn: red, then blue unless red solved
+    assert 4 <= samples <= 8 and samples == 4 + sampled["metrics"]["eval/blue/turn0/samples"]
+    assert sampled["solved_by_any_sample"]["say_digit"] >= sampled["success"]["say_digit"]
+
+
+def test_metrics_rows_progress_bar_and_tensorboard(tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = tiny_config(tmp_path, steps=2, eval_every=1, progress=True, tensorboard=True)
+    train(config, log=lambda _: None)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    step = rows[1]
+    assert "rollout/success" in step and "eval/success" in step
+    for key in ("reward", "response_length", "group_reward_std", "zero_variance_share", "invalid_move_share"):
+        assert {f"rollout/{key}", f"rollout/red/{key}", f"rollout/blue/turn0/{key}"} <= step.keys()
+    for key in ("rollout", "generation", "generator_overhead", "advantage", "tensors", "update", "step", "eval"):
+        assert step[f"time/{key}_s"] >= 0.0
+    assert step["time/generation_s"] <= step["time/rollout_s"] <= step["time/step_s"]
+    progress = capsys.readouterr().err
+    assert "train_success=" in progress and "eval_success=" in progress
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval/success")] == [0, 1, 2]
+    assert [e.value for e in events.Scalars("rollout/success")] == pytest.approx(
+        [r["rollout/success"] for r in rows[1:]]
+    )
+
+
+def test_resume_from_a_missing_path_fails_and_resume_true_without_checkpoint_starts_afresh(tmp_path):
+    with pytest.raises(ValueError, match="no checkpoint at"):
+        train(tiny_config(tmp_path, resume=str(tmp_path / "nowhere")), log=lambda _: None)
+    lines: list[str] = []
+    summary = train(tiny_config(tmp_path, steps=1, resume=True), log=lines.append)
+    assert any("starting afresh" in line for line in lines) and summary.history[0]["step"] == 0

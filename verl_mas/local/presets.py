@@ -1,0 +1,145 @@
+"""Named local-training presets (`preset=NAME`), how overrides build a config from them, and the key reference."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from verl_mas.local.train import LocalTrainConfig
+from verl_mas.overrides import apply_overrides
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named set of overrides on top of the embedded default."""
+
+    description: str
+    overrides: Mapping[str, Any]
+
+
+SMOKE_OVERRIDES = {
+    "env_options": {"size": 4, "wall_ratio": 0.1, "max_turns": 2},
+    "k": 2,
+    "tasks_per_step": 2,
+    "steps": 2,
+    "eval_tasks": 2,
+    "eval_every": 1,
+    "model": {"hidden": 32, "layers": 1, "vocab_size": 300},
+    "warm_start": {"tasks": 4, "epochs": 1},
+    "sampling": {"max_new_tokens": 8},
+    "output_dir": "runs/smoke",
+}
+
+PRESETS: dict[str, Preset] = {
+    "default": Preset("the embedded default: tiny model, Plan-Path, AT-GRPO, one model shared by all roles (L1)", {}),
+    "smoke": Preset("a run of seconds to check a setup: 4x4 boards, hidden 32, 2 steps of 2 tasks", SMOKE_OVERRIDES),
+    "single_agent": Preset(
+        "L0: one role does the whole task (env_options.single_agent=true), one model",
+        {"env_options": {"single_agent": True}, "router": "shared", "output_dir": "runs/single_agent"},
+    ),
+    "per_role": Preset("L3: one whole model per role", {"router": "per_role", "output_dir": "runs/per_role"}),
+    "lora_per_role": Preset(
+        "L2: one base model with one LoRA adapter per role",
+        {"router": "per_role", "lora": {"rank": 8}, "output_dir": "runs/lora_per_role"},
+    ),
+    "grouping_task": Preset(
+        "ablation: plain GRPO groups (by task) instead of AT-GRPO's (task, role, turn)",
+        {"grouping": "task", "output_dir": "runs/grouping_task"},
+    ),
+    "no_tree": Preset(
+        "ablation: K independent episodes per task, grouped per task, instead of the tree rollout",
+        {"rollout_mode": "independent", "output_dir": "runs/no_tree"},
+    ),
+}
+
+KEY_HELP: dict[str, str] = {
+    "preset": "a preset name, or a list applied in order, e.g. preset=[smoke,per_role]; other keys apply on top",
+    "env": "the environment (`verl-mas envs` lists them)",
+    "env_options": "the env's options, e.g. env_options.size=6 (merged into the current ones; another env: none)",
+    "router": "role -> policy: shared (one model), per_role (one per role), or a {role: policy} mapping",
+    "k": "candidates per (task, role, turn) in the tree; episodes per task with rollout_mode=independent",
+    "alpha": "weight of the team reward in the mixed reward alpha * team + local",
+    "grouping": "advantage groups: task_role_turn (AT-GRPO) or task (plain GRPO ablation)",
+    "tasks_per_step": "training tasks rolled out per step",
+    "steps": "training steps (the total: a resumed run continues up to it)",
+    "eval_tasks": "evaluation-split tasks of each evaluation",
+    "eval_every": "evaluate every this many steps (and after the last)",
+    "seed": "seeds the tasks, the models, the warm start and sampling",
+    "output_dir": "where config.json, metrics.jsonl, learning_curve.png, checkpoints/ and tb/ go",
+    "checkpoint_every": "checkpoint every this many steps (and after the last); 0: never",
+    "model": "model.path: any HF causal LM (its tokenizer too); empty: a tiny Llama of model.hidden/layers/heads",
+    "warm_start": "supervised warm start of tiny models on the environment's expert moves",
+    "sampling": "how responses are drawn (the update scores at sampling.temperature)",
+    "update": "the PPO update: verl's clipped policy loss with AdamW",
+    "lora": "lora.rank > 0: one base model with one LoRA adapter per policy instead of one model each",
+    "rollout_mode": "tree (AT-GRPO) or independent (the no-tree ablation)",
+    "resume": "true: continue from the latest checkpoint under output_dir; or a checkpoint path",
+    "progress": "show a progress bar (false: one log line per step)",
+    "tensorboard": "also write TensorBoard scalars to output_dir/tb",
+}
+
+
+def preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def resolve_train_config(
+    overrides: Mapping[str, Any], base: LocalTrainConfig | None = None, other_keys: tuple[str, ...] = ()
+) -> LocalTrainConfig:
+    """`base` (the default), then the presets named by `preset`, in order, then the remaining overrides.
+
+    `other_keys` are the caller's own keys (already taken out), listed in the unknown-key error.
+    """
+    known = [f.name for f in dataclasses.fields(LocalTrainConfig)] + ["preset", *other_keys]
+    unknown = [key for key in overrides if key not in known]
+    if unknown:
+        raise ValueError(f"unknown config key {unknown[0]!r}; known keys: {', '.join(sorted(known))}")
+    overrides = dict(overrides)
+    names = overrides.pop("preset", [])
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"preset must be a name or a list of names, got {names!r}")
+    config = base or LocalTrainConfig()
+    if overrides.get("env", config.env) != config.env:  # before the presets, so that their env options stay
+        config = dataclasses.replace(config, env=overrides.pop("env"), env_options={})
+    for name in names:
+        config = apply_train_overrides(config, preset(name).overrides)
+    return apply_train_overrides(config, overrides)
+
+
+def apply_train_overrides(config: LocalTrainConfig, overrides: Mapping[str, Any]) -> LocalTrainConfig:
+    """`apply_overrides` with two couplings: another `env` drops the previous env's options (they would not fit),
+    and sampling.temperature also sets update.temperature unless that is given: the update scores what was sampled."""
+    overrides = dict(overrides)
+    if overrides.get("env", config.env) != config.env:
+        config = dataclasses.replace(config, env_options={})
+    sampling = overrides.get("sampling")
+    temperature = sampling.get("temperature") if isinstance(sampling, Mapping) else None
+    update = overrides.get("update", {})
+    if temperature is not None and isinstance(update, Mapping):
+        overrides["update"] = {"temperature": temperature, **update}
+    return apply_overrides(config, overrides)
+
+
+def train_help() -> str:
+    """Every config key with its default and meaning, then the presets."""
+    default = LocalTrainConfig()
+    lines = ["keys (key=value; nested keys with dots, e.g. update.lr=1e-4):"]
+    lines.append(f"  {'preset':<18} {KEY_HELP['preset']}")
+    for field in dataclasses.fields(default):
+        value = getattr(default, field.name)
+        if dataclasses.is_dataclass(value):
+            lines.append(f"  {field.name + '.*':<18} {KEY_HELP[field.name]}")
+            nested = ", ".join(f"{f.name}={getattr(value, f.name)!r}" for f in dataclasses.fields(value))
+            lines.append(textwrap.fill(nested, width=110, initial_indent=" " * 22, subsequent_indent=" " * 22))
+        else:
+            lines.append(f"  {field.name:<18} {KEY_HELP[field.name]} (default: {value!r})")
+    lines.append("presets (preset=NAME):")
+    lines += [f"  {name:<18} {p.description}" for name, p in PRESETS.items()]
+    return "\n".join(lines)
