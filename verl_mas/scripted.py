@@ -37,12 +37,13 @@ class ExpertMixPolicy:
         rng = random.Random(f"{self.seed}|{request.request_id}|{request.turn}")
         prompt_ids = byte_ids(render_messages(request.messages))
         texts = [
-            request.expert if rng.random() < self.skill else _corrupt(request.expert, rng) for _ in range(request.n)
+            request.expert if rng.random() < self.skill else corrupt(request.expert, rng) for _ in range(request.n)
         ]
         return [Generation(text=t, prompt_ids=prompt_ids, response_ids=byte_ids(t)) for t in texts]
 
 
-def _corrupt(text: str, rng: random.Random) -> str:
+def corrupt(text: str, rng: random.Random) -> str:
+    """A wrong version of a move: its last token dropped, its tokens reversed, or no answer at all."""
     tokens = text.split()
     choice = rng.randrange(3)
     if choice == 0 and len(tokens) > 1:

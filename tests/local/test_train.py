@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from verl_mas.cli import main
-from verl_mas.local.train import LocalTrainConfig, ModelSpec, WarmStartConfig, make_tasks, sample_advantages
+from verl_mas.local.train import (
+    LocalTrainConfig,
+    ModelSpec,
+    WarmStartConfig,
+    collect_expert_pairs,
+    make_tasks,
+    sample_advantages,
+)
 from verl_mas.sample import Sample
 
 TINY = {
@@ -80,3 +87,27 @@ def test_sampling_and_update_temperatures_must_agree(capsys):
     with pytest.raises(ValueError, match="must equal sampling.temperature"):
         LocalTrainConfig(sampling=SamplingConfig(temperature=0.7))
     assert ModelSpec().path == "" and WarmStartConfig().epochs >= 1
+
+
+def test_warm_start_states_come_from_mixed_play_but_labels_are_the_experts():
+    from verl_mas.router import PolicyRouter
+
+    options = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3}
+    router = PolicyRouter.from_spec("shared", ("tool", "plan"))
+    expert_only = collect_expert_pairs(
+        LocalTrainConfig(env_options=options, warm_start=WarmStartConfig(tasks=3, play_skill=1.0)), router
+    )
+    # The expert solves a board in one turn: one tool and one plan move per task, all on turn 1.
+    assert len(expert_only) == 6 and all("Turn 1 of 3" in messages[-1]["content"] for _, messages, _ in expert_only)
+    never_expert = collect_expert_pairs(
+        LocalTrainConfig(env_options=options, warm_start=WarmStartConfig(tasks=3, play_skill=0.0)), router
+    )
+    # Corrupted play never solves, so every episode runs all 3 turns and the data covers turns 2 and 3.
+    assert len(never_expert) == 3 * 3 * 2
+    assert {m[-1]["content"].split(".")[0] for _, m, _ in never_expert} == {"Turn 1 of 3", "Turn 2 of 3", "Turn 3 of 3"}
+    assert all(move.startswith("Actions: ") and len(move.split()) > 1 for _, _, move in never_expert)
+
+
+def test_warm_start_play_skill_is_a_probability():
+    with pytest.raises(ValueError, match="play_skill must be in"):
+        WarmStartConfig(play_skill=1.5)

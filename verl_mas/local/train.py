@@ -40,6 +40,7 @@ from verl_mas.rollout import (
 )
 from verl_mas.router import PolicyRouter
 from verl_mas.sample import Sample, samples_to_tensors
+from verl_mas.scripted import corrupt
 
 Grouping = Literal["task_role_turn", "task"]
 RolloutMode = Literal["tree", "independent"]
@@ -75,6 +76,13 @@ class WarmStartConfig:
     epochs: int = 4
     lr: float = 3e-3
     batch_size: int = 32
+    # Probability that the move played along a warm-start episode is the expert's (else a corrupted copy); the
+    # label is always the expert's move. Below 1, the data also holds later turns and wrong proposals to fix.
+    play_skill: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.play_skill <= 1.0:
+            raise ValueError(f"warm_start.play_skill must be in [0, 1], got {self.play_skill}")
 
 
 @dataclass(frozen=True)
@@ -157,21 +165,26 @@ def make_tasks(config: LocalTrainConfig, split: Literal["train", "eval"], start:
 
 
 class ExpertRecorder:
-    """A `Generate` that answers with the expert's move and records (policy, prompt, move) for the warm start."""
+    """A `Generate` that records (policy, prompt, expert move) for the warm start and plays the expert's move with
+    probability `play_skill`, else a corrupted copy (deterministic in seed, request and turn)."""
 
-    def __init__(self) -> None:
+    def __init__(self, play_skill: float = 1.0, seed: int = 0) -> None:
+        self.play_skill = play_skill
+        self.seed = seed
         self.pairs: list[tuple[str, tuple[Message, ...], str]] = []
 
     async def __call__(self, request: GenerationRequest) -> list[Generation]:
         if request.expert is None:
             raise ValueError(f"the environment gives no expert move for {request.request_id}: no warm start possible")
         self.pairs.append((request.policy, request.messages, request.expert))
-        return [Generation(text=request.expert, prompt_ids=(), response_ids=())] * request.n
+        rng = random.Random(f"{self.seed}|{request.request_id}|{request.turn}")
+        played = request.expert if rng.random() < self.play_skill else corrupt(request.expert, rng)
+        return [Generation(text=played, prompt_ids=(), response_ids=())] * request.n
 
 
 def collect_expert_pairs(config: LocalTrainConfig, router: PolicyRouter) -> list[tuple[str, tuple[Message, ...], str]]:
-    """Expert moves along expert episodes on training boards (never evaluation ones)."""
-    recorder = ExpertRecorder()
+    """Expert moves at the states of warm-start episodes on training boards (never evaluation ones)."""
+    recorder = ExpertRecorder(config.warm_start.play_skill, config.seed)
     tasks = make_tasks(config, "train", WARM_START_FIRST_INDEX, config.warm_start.tasks)
     asyncio.run(rollout_tasks(tasks, recorder, router, RolloutConfig(k=1, with_expert=True)))
     return recorder.pairs

@@ -1,0 +1,434 @@
+"""The project's small version of the paper's table: held-out success of five training methods per env and seed."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+import traceback
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers.utils import logging as transformers_logging
+
+from verl_mas.local.presets import apply_train_overrides, resolve_train_config
+from verl_mas.local.train import LocalRun, LocalTrainConfig, train
+from verl_mas.overrides import parse_overrides
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "docs" / "results" / "learning"
+RESULTS_FILE = "learning.json"
+# Small boards and compact tool mode (the tool agent proposes moves instead of writing programs); the grid envs also
+# drop the rules' prose from their prompts, which tiny models learn from the warm start anyway.
+ENV_OPTIONS: dict[str, dict[str, Any]] = {
+    "plan_path": {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True},
+    "sokoban": {"size": 5, "boxes": 1, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True},
+    "sudoku": {"size": 4, "tool_mode": "compact", "max_turns": 3},
+}
+# Keys each run's config gets from the script (its flags or the method), not from key=value overrides.
+SCRIPT_KEYS = ("env", "seed", "steps", "output_dir", "router", "grouping", "rollout_mode", "resume", "preset")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of the table: which warm start it starts from and the training keys that define it."""
+
+    description: str
+    team: bool  # two agents; false: env_options.single_agent=true
+    overrides: Mapping[str, Any]
+    trains: bool = True  # false: no RL steps, only the evaluation of the warm-started model
+
+
+METHODS: dict[str, Method] = {
+    "mas_no_rl": Method("two agents, the warm-started model without RL (steps 0)", True, {"router": "shared"}, False),
+    "single_grpo": Method(
+        "one agent, GRPO: K independent episodes per task, grouped per task",
+        False,
+        {"router": "shared", "rollout_mode": "independent", "grouping": "task"},
+    ),
+    "at_grpo_shared": Method(
+        "two agents, AT-GRPO tree, groups per (task, role, turn), one model shared by both roles",
+        True,
+        {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn"},
+    ),
+    "at_grpo_per_role": Method(
+        "two agents, AT-GRPO tree, groups per (task, role, turn), one model per role",
+        True,
+        {"router": "per_role", "rollout_mode": "tree", "grouping": "task_role_turn"},
+    ),
+    "mas_grpo_task": Method(
+        "two agents, AT-GRPO tree, but plain GRPO groups per task, one shared model",
+        True,
+        {"router": "shared", "rollout_mode": "tree", "grouping": "task"},
+    ),
+}
+
+
+@dataclass
+class WarmStart:
+    """A warm-started model and tokenizer saved for the runs of one (env, seed, team or single agent)."""
+
+    env: str
+    seed: int
+    agents: str  # "team" or "single"
+    path: str
+    wall_s: float = 0.0
+    error: str = ""
+
+
+@dataclass
+class RunRecord:
+    """One method's run on one env and seed: held-out success at each evaluation, or the error that stopped it."""
+
+    env: str
+    method: str
+    seed: int
+    output_dir: str
+    wall_s: float = 0.0
+    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out success)
+    error: str = ""
+
+    @property
+    def before(self) -> float:
+        return self.evals[0][1]
+
+    @property
+    def after(self) -> float:
+        return self.evals[-1][1]
+
+
+def env_config(env: str, presets: list[str], overrides: Mapping[str, Any], steps: int | None) -> LocalTrainConfig:
+    """The config every run on `env` shares: the script's env options, the presets, the overrides, the step budget."""
+    base = dataclasses.replace(LocalTrainConfig(), env=env, env_options=ENV_OPTIONS.get(env, {}))
+    config = resolve_train_config({"preset": presets, **overrides}, base)
+    return config if steps is None else apply_train_overrides(config, {"steps": steps})
+
+
+def save_warm_start(config: LocalTrainConfig, single_agent: bool, folder: Path, log: Callable[[str], None]) -> None:
+    """Warm-start one whole model on every role's expert moves and save it with its tokenizer to `folder`."""
+    overrides = {
+        "router": "shared",
+        "lora": {"rank": 0},
+        "env_options": {"single_agent": single_agent},
+        "output_dir": str(folder),
+    }
+    run = LocalRun(apply_train_overrides(config, overrides), log)
+    (model,) = run.models.values()
+    model.save_pretrained(folder)
+    run.tokenizer.save_pretrained(str(folder))
+
+
+def prepare_warm_start(config: LocalTrainConfig, agents: str, folder: Path, log: Callable[[str], None]) -> WarmStart:
+    """The warm start the runs load; with model.path given, that model is the starting point and nothing is trained."""
+    if config.model.path:
+        return WarmStart(config.env, config.seed, agents, config.model.path)
+    started = time.perf_counter()
+    try:
+        save_warm_start(config, agents == "single", folder, log)
+    except Exception as exc:  # reported in the table; the other runs go on
+        traceback.print_exc()
+        return WarmStart(config.env, config.seed, agents, str(folder), time.perf_counter() - started, describe(exc))
+    return WarmStart(config.env, config.seed, agents, str(folder), time.perf_counter() - started)
+
+
+def run_method(config: LocalTrainConfig, name: str, warm: WarmStart, folder: Path) -> RunRecord:
+    """train() from the saved warm start with the method's keys; an exception becomes the record's error."""
+    method = METHODS[name]
+    record = RunRecord(config.env, name, config.seed, str(folder))
+    if warm.error:
+        record.error = f"warm start failed: {warm.error}"
+        return record
+    overrides = {
+        **method.overrides,
+        "env_options": {"single_agent": not method.team},
+        "model": {"path": warm.path},
+        "output_dir": str(folder),
+    }
+    if not method.trains:
+        overrides["steps"] = 0
+    started = time.perf_counter()
+    try:
+        summary = train(apply_train_overrides(config, overrides), log=prefixed_log(config.env, config.seed, name))
+    except Exception as exc:  # reported in the table; the other runs go on
+        traceback.print_exc()
+        record.error = describe(exc)
+    else:
+        record.evals = [(int(row["step"]), row["eval/success"]) for row in summary.history if "eval/success" in row]
+    record.wall_s = time.perf_counter() - started
+    return record
+
+
+def describe(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def inside(out: Path, path: str) -> str:
+    """`path` relative to the output folder when it lies in it, so that the JSON does not name this machine's paths."""
+    return os.path.relpath(path, out) if path and Path(path).is_relative_to(out) else path
+
+
+def prefixed_log(env: str, seed: int, label: str) -> Callable[[str], None]:
+    return lambda message: print(f"[{env} seed {seed} {label}] {message}", flush=True)
+
+
+def summarize(records: list[RunRecord]) -> list[dict[str, Any]]:
+    """One row per (env, method): means over the seeds that finished, the sample std of `after`, and the errors."""
+    groups: dict[tuple[str, str], list[RunRecord]] = defaultdict(list)
+    for record in records:
+        groups[record.env, record.method].append(record)
+    rows = []
+    for (env, method), group in groups.items():
+        done = [r for r in group if not r.error]
+        afters = [r.after for r in done]
+        rows.append(
+            {
+                "env": env,
+                "method": method,
+                "seeds": [r.seed for r in done],
+                "before_mean": statistics.fmean(r.before for r in done) if done else None,
+                "after_mean": statistics.fmean(afters) if done else None,
+                "after_std": statistics.stdev(afters) if len(afters) > 1 else None,
+                "after_per_seed": afters,
+                "wall_s_mean": statistics.fmean(r.wall_s for r in done) if done else None,
+                "errors": [f"seed {r.seed}: {r.error}" for r in group if r.error],
+            }
+        )
+    return rows
+
+
+def table_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """Header and one line per summary row, as strings (printed aligned, or written as Markdown)."""
+    header = ["env", "method", "seeds", "held-out before -> after", "std after", "after per seed", "wall s", "error"]
+    lines = [header]
+    for row in rows:
+        done = row["after_mean"] is not None
+        lines.append(
+            [
+                row["env"],
+                row["method"],
+                " ".join(map(str, row["seeds"])) or "-",
+                f"{row['before_mean']:.3f} -> {row['after_mean']:.3f}" if done else "failed",
+                f"{row['after_std']:.3f}" if row["after_std"] is not None else "-",
+                " ".join(f"{a:.3f}" for a in row["after_per_seed"]) or "-",
+                f"{row['wall_s_mean']:.1f}" if done else "-",
+                "; ".join(row["errors"]),
+            ]
+        )
+    return lines
+
+
+def aligned(lines: list[list[str]]) -> str:
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in lines)
+
+
+def markdown_table(lines: list[list[str]]) -> str:
+    escaped = [[cell.replace("|", "\\|") for cell in line] for line in lines]
+    rows = ["| " + " | ".join(line) + " |" for line in escaped]
+    return "\n".join([rows[0], "|" + "---|" * len(lines[0]), *rows[1:]])
+
+
+def plot_env(env: str, records: list[RunRecord], steps: int, path: Path) -> None:
+    """Held-out success against step, one line per method (mean over seeds, min-max band); a method evaluated only
+    at step 0 (no RL) is a dashed horizontal line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for method in METHODS:
+        by_step: dict[int, list[float]] = defaultdict(list)
+        for record in records:
+            if record.env == env and record.method == method and not record.error:
+                for step, success in record.evals:
+                    by_step[step].append(success)
+        if not by_step:
+            continue
+        seeds = len(by_step[0])
+        label = f"{method} ({seeds} seed{'s' if seeds > 1 else ''})"
+        if list(by_step) == [0]:
+            ax.axhline(statistics.fmean(by_step[0]), linestyle="--", color="gray", label=label)
+            continue
+        points = sorted(by_step.items())
+        x = [step for step, _ in points]
+        (line,) = ax.plot(x, [statistics.fmean(v) for _, v in points], marker="o", label=label)
+        if seeds > 1:
+            lows, highs = [min(v) for _, v in points], [max(v) for _, v in points]
+            ax.fill_between(x, lows, highs, color=line.get_color(), alpha=0.15)
+    ax.set_title(f"{env}: held-out success (greedy, K=1), {steps} steps")
+    ax.set_xlabel("step")
+    ax.set_ylabel("success")
+    ax.set_xlim(0, max(steps, 1))
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def setting_items(config: LocalTrainConfig) -> list[str]:
+    """The config's keys as key=value, except those the script sets per env, seed or method."""
+    skip = {*SCRIPT_KEYS, "env_options", "progress", "tensorboard", "checkpoint_every"}
+    items = []
+    for key, value in dataclasses.asdict(config).items():
+        if key in skip:
+            continue
+        if isinstance(value, dict):
+            items += [f"{key}.{k}={v}" for k, v in value.items() if v != "" or k != "path"]
+        else:
+            items.append(f"{key}={value}")
+    return items
+
+
+def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[list[str]], pngs: list[Path]) -> None:
+    settings = report["settings"]
+    warm_starts = [
+        f"{w['env']} seed {w['seed']} {w['agents']} {w['wall_s']:.1f}"
+        + (f" (failed: {w['error']})" if w["error"] else "")
+        for w in report["warm_starts"]
+    ]
+    text = [
+        "# Learning: held-out success per method",
+        "",
+        f"Written by `benchmarks/learning.py` on {report['date']} ({report['machine']}).",
+        "",
+        "```",
+        report["command"],
+        "```",
+        "",
+        "## Settings",
+        "",
+        f"- steps: {settings['steps']} per method (same step budget and seed for every method); "
+        f"seeds: {' '.join(map(str, settings['seeds']))}; presets: {', '.join(settings['presets'])}",
+        f"- overrides for every run: `{' '.join(settings['overrides']) or '(none)'}`",
+        *[f"- {env} options: `{json.dumps(options)}`" for env, options in settings["env_options"].items()],
+        f"- training keys: `{' '.join(settings['shared_keys'])}`",
+        "- one warm start per (env, seed, team or single agent), saved under the output folder and loaded by every "
+        "run through `model.path`: the team methods start from the same weights, and `at_grpo_per_role` starts both "
+        "role models from that one model warm-started on both roles' expert moves (a plain per_role run warm-starts "
+        "each role's model on its own role's moves).",
+        "- held-out success: greedy, K=1, on the evaluation split, before RL (step 0) and after the last step.",
+        "",
+        "## Methods",
+        "",
+        *[f"- `{name}`: {method.description}" for name, method in METHODS.items() if name in settings["methods"]],
+        "",
+        "## Results",
+        "",
+        "Mean over seeds; std is the sample standard deviation of `after` over seeds; wall s is one run's mean wall "
+        "time (evaluations included, warm start excluded).",
+        "",
+        markdown_table(lines),
+        "",
+        f"Warm starts (wall s): {', '.join(warm_starts) or 'none (model.path given)'}",
+        "",
+        *[f"![{png.stem}]({os.path.relpath(png, path.parent)})" for png in pngs],
+        "",
+        f"Per-run outputs (config.json, metrics.jsonl, learning_curve.png) and `{RESULTS_FILE}`: "
+        f"`{os.path.relpath(out, path.parent)}/`.",
+        "",
+    ]
+    path.write_text("\n".join(text))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--envs", nargs="+", default=list(ENV_OPTIONS), help="environments (default: %(default)s)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (default: 0)")
+    parser.add_argument("--steps", type=int, help="RL steps of every method (default: the config's steps)")
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="default: all")
+    parser.add_argument("--preset", nargs="+", default=["default"], help="training presets, applied in order")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder; the report goes to OUT.md")
+    parser.add_argument("overrides", nargs="*", help="key=value training-config overrides (as for verl-mas train)")
+    argv = sys.argv[1:] if argv is None else argv
+    # key=value items are taken out first, so that they may follow a flag of several values such as --envs
+    overrides = [item for item in argv if "=" in item and not item.startswith("-")]
+    args = parser.parse_args([item for item in argv if item not in overrides])
+    args.overrides, args.argv = overrides, argv
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    transformers_logging.disable_progress_bar()  # no bars for saving and loading the warm-started models
+    overrides = parse_overrides(args.overrides)
+    taken = [key for key in SCRIPT_KEYS if key in overrides]
+    taken += ["env_options.single_agent"] if "single_agent" in overrides.get("env_options", {}) else []
+    if taken:
+        sys.exit(f"learning.py: {', '.join(taken)}: set by the script (--envs, --seeds, --steps, --out, --preset)")
+    out: Path = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    warm_starts: list[WarmStart] = []
+    records: list[RunRecord] = []
+    configs: dict[str, LocalTrainConfig] = {}
+    for env in args.envs:
+        try:
+            configs[env] = env_config(env, args.preset, overrides, args.steps)
+        except ValueError as exc:
+            records += [
+                RunRecord(env, method, seed, "", error=describe(exc)) for seed in args.seeds for method in args.methods
+            ]
+            continue
+        for seed in args.seeds:
+            config = dataclasses.replace(configs[env], seed=seed)
+            folder = out / env / f"seed{seed}"
+            warm_by_agents: dict[str, WarmStart] = {}
+            for method in args.methods:
+                agents = "team" if METHODS[method].team else "single"
+                if agents not in warm_by_agents:
+                    log = prefixed_log(env, seed, f"warm start ({agents})")
+                    warm_by_agents[agents] = prepare_warm_start(config, agents, folder / f"warm_start_{agents}", log)
+                    if not config.model.path:
+                        warm_starts.append(warm_by_agents[agents])
+                records.append(run_method(config, method, warm_by_agents[agents], folder / method))
+    rows = summarize(records)
+    lines = table_cells(rows)
+    print(aligned(lines))
+    pngs = []
+    for env, config in configs.items():
+        if any(record.env == env and not record.error for record in records):
+            pngs.append(out / f"{env}_learning.png")
+            plot_env(env, records, config.steps, pngs[-1])
+    any_config = next(iter(configs.values()), None)
+    report = {
+        "command": shlex.join(["python", str(Path(__file__).resolve().relative_to(REPO)), *args.argv]),
+        "date": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads",
+        "settings": {
+            "envs": args.envs,
+            "seeds": args.seeds,
+            "methods": args.methods,
+            "steps": any_config.steps if any_config else args.steps,
+            "presets": args.preset,
+            "overrides": args.overrides,
+            "env_options": {env: dict(config.env_options) for env, config in configs.items()},
+            "shared_keys": setting_items(any_config) if any_config else [],
+            "configs": {env: json.loads(json.dumps(dataclasses.asdict(c), default=str)) for env, c in configs.items()},
+            "warm_start_note": "one warm start per (env, seed, team/single), loaded with model.path by every run; "
+            "at_grpo_per_role starts both role models from it",
+        },
+        "warm_starts": [dataclasses.asdict(w) | {"path": inside(out, w.path)} for w in warm_starts],
+        "runs": [dataclasses.asdict(r) | {"output_dir": inside(out, r.output_dir)} for r in records],
+        "summary": rows,
+    }
+    (out / RESULTS_FILE).write_text(json.dumps(report, indent=2))
+    markdown = out.with_suffix(".md")
+    write_markdown(markdown, out, report, lines, pngs)
+    print(f"written: {out / RESULTS_FILE}, {markdown}, {', '.join(str(p) for p in pngs)}")
+
+
+if __name__ == "__main__":
+    main()
