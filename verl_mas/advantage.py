@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 ESTIMATOR_NAME = "at_grpo"
+# How samples are grouped for the advantage: AT-GRPO's (task, role, turn), or plain GRPO's task (the ablation).
+Grouping = Literal["task_role_turn", "task"]
+GROUPINGS: tuple[str, ...] = ("task_role_turn", "task")
 
 
 def compute_at_grpo_advantage(

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from peft import LoraConfig, get_peft_model
 
-from verl_mas.advantage import compute_at_grpo_advantage
+from verl_mas.advantage import GROUPINGS, Grouping, compute_at_grpo_advantage
 from verl_mas.dataset import split_tasks
 from verl_mas.env import Message, Task, make_env
 from verl_mas.local.checkpoint import is_checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -42,7 +42,6 @@ from verl_mas.router import PolicyRouter
 from verl_mas.sample import Sample, samples_to_tensors
 from verl_mas.scripted import corrupt
 
-Grouping = Literal["task_role_turn", "task"]
 RolloutMode = Literal["tree", "independent"]
 CHECKPOINT_DIR = "checkpoints"
 TOKENIZER_DIR = "tokenizer"
@@ -134,8 +133,8 @@ class LocalTrainConfig:
             raise ValueError("resume must be true, false or a checkpoint path, got an empty string")
         if self.lora.rank < 0:
             raise ValueError(f"lora.rank must be >= 0 (0: one whole model per policy), got {self.lora.rank}")
-        if self.grouping not in ("task_role_turn", "task"):
-            raise ValueError(f"grouping must be 'task_role_turn' or 'task', got {self.grouping!r}")
+        if self.grouping not in GROUPINGS:
+            raise ValueError(f"grouping must be one of {GROUPINGS}, got {self.grouping!r}")
         if self.update.temperature != self.sampling.temperature:
             raise ValueError(
                 f"update.temperature ({self.update.temperature}) must equal sampling.temperature "

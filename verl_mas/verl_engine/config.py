@@ -6,14 +6,13 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from verl_mas.advantage import GROUPINGS, Grouping
 from verl_mas.env import get_env_class, make_env
 from verl_mas.rollout import RolloutConfig
 from verl_mas.router import PolicyRouter
 
-Grouping = Literal["task_role_turn", "task"]
-GROUPINGS: tuple[str, ...] = ("task_role_turn", "task")
 ROUTER_NAMES: tuple[str, ...] = ("shared", "per_role")
 
 
