@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 
 .PHONY: run test
 run: $(STAMP)
-	$(VENV)/bin/verl-mas demo
+	$(VENV)/bin/verl-mas train
 
 test: $(STAMP)
 	$(PY) -m pytest -q

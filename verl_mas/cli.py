@@ -109,9 +109,14 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         summary = train(resolve_train_config(parse_overrides(args.overrides)))
         print(
-            f"held-out success: {summary.eval_success_before:.3f} before RL -> {summary.eval_success_after:.3f} "
-            f"after {summary.steps} steps; outputs in {summary.output_dir}"
+            f"held-out success (greedy): {summary.eval_success_before:.3f} before RL -> "
+            f"{summary.eval_success_after:.3f} after {summary.steps} steps; outputs in {summary.output_dir}"
         )
+        if summary.sampled_success_before is not None:
+            print(
+                f"held-out success (sampled): {summary.sampled_success_before:.3f} before RL -> "
+                f"{summary.sampled_success_after:.3f}"
+            )
     elif args.command == "eval":
         from verl_mas.local.evaluate import EvalConfig, evaluate
         from verl_mas.local.presets import resolve_train_config

@@ -229,3 +229,26 @@ def test_resume_from_a_missing_path_fails_and_resume_true_without_checkpoint_sta
     lines: list[str] = []
     summary = train(tiny_config(tmp_path, steps=1, resume=True), log=lines.append)
     assert any("starting afresh" in line for line in lines) and summary.history[0]["step"] == 0
+
+
+def test_sampled_evaluation_neither_shifts_training_nor_depends_on_history(tmp_path):
+    with_sampled = train(tiny_config(tmp_path / "a", steps=3, eval_every=1, eval_samples=3), log=lambda _: None)
+    greedy_only = train(tiny_config(tmp_path / "b", steps=3, eval_every=1, eval_samples=0), log=lambda _: None)
+
+    def training_keys(row):
+        return {k: v for k, v in without_timings(row).items() if not k.startswith(("eval/", "eval_sampled/"))}
+
+    assert [training_keys(r) for r in with_sampled.history] == [training_keys(r) for r in greedy_only.history]
+    assert all("eval_sampled/success" not in row for row in greedy_only.history)
+    first = with_sampled.history[0]
+    assert first["eval_sampled/samples"] > 0 and 0.0 <= first["eval_sampled/success"] <= 1.0
+    assert with_sampled.sampled_success_before == first["eval_sampled/success"]
+    assert greedy_only.sampled_success_before is None
+
+    run = LocalRun(tiny_config(tmp_path / "c", eval_samples=3), log=lambda _: None)
+    once = run.evaluate()[1]
+    run.sampler.set_rng_state(torch.Generator().manual_seed(123).get_state())  # unrelated stream moves
+    again = run.evaluate()[1]
+    assert {k: v for k, v in once.items() if k.startswith("eval_sampled/")} == {
+        k: v for k, v in again.items() if k.startswith("eval_sampled/")
+    }

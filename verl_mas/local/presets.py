@@ -67,6 +67,7 @@ KEY_HELP: dict[str, str] = {
     "steps": "training steps (the total: a resumed run continues up to it)",
     "eval_tasks": "evaluation-split tasks of each evaluation",
     "eval_every": "evaluate every this many steps (and after the last)",
+    "eval_samples": "> 0: also evaluate the sampling policy, this many episodes per task at sampling.temperature",
     "seed": "seeds the tasks, the models, the warm start and sampling",
     "output_dir": "where config.json, metrics.jsonl, learning_curve.png, checkpoints/ and tb/ go",
     "checkpoint_every": "checkpoint every this many steps (and after the last); 0: never",

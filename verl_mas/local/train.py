@@ -71,13 +71,13 @@ class ModelSpec:
 class WarmStartConfig:
     """Supervised warm start on the environment's expert moves (tiny models start from random weights)."""
 
-    tasks: int = 256
-    epochs: int = 4
+    tasks: int = 1024
+    epochs: int = 6
     lr: float = 3e-3
     batch_size: int = 32
     # Probability that the move played along a warm-start episode is the expert's (else a corrupted copy); the
     # label is always the expert's move. Below 1, the data also holds later turns and wrong proposals to fix.
-    play_skill: float = 1.0
+    play_skill: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.play_skill <= 1.0:
@@ -103,16 +103,25 @@ class LocalTrainConfig:
 
     env: str = "plan_path"
     env_options: Mapping[str, Any] = field(
-        default_factory=lambda: {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3}
+        default_factory=lambda: {
+            "size": 5,
+            "wall_ratio": 0.2,
+            "tool_mode": "compact",
+            "max_turns": 3,
+            "brief_prompts": True,
+        }
     )
     router: Any = "shared"
     k: int = 4
     alpha: float = 1.0
     grouping: Grouping = "task_role_turn"
     tasks_per_step: int = 16
-    steps: int = 30
-    eval_tasks: int = 64
-    eval_every: int = 10
+    steps: int = 150
+    eval_tasks: int = 128
+    eval_every: int = 25
+    # > 0: also evaluate the sampling policy itself (what RL trains): this many episodes per task at
+    # sampling.temperature, as `eval_sampled/success`, next to greedy decoding's `eval/success`.
+    eval_samples: int = 2
     seed: int = 0
     output_dir: str = "runs/default"
     checkpoint_every: int = 0
@@ -143,8 +152,8 @@ class LocalTrainConfig:
         for key in ("k", "tasks_per_step", "eval_tasks", "eval_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
-        if self.steps < 0 or self.checkpoint_every < 0:
-            raise ValueError("steps and checkpoint_every must be >= 0")
+        if self.steps < 0 or self.checkpoint_every < 0 or self.eval_samples < 0:
+            raise ValueError("steps, checkpoint_every and eval_samples must be >= 0")
 
 
 @dataclass
@@ -154,6 +163,9 @@ class TrainSummary:
     eval_success_before: float
     eval_success_after: float
     steps: int
+    # eval_sampled/success before and after (None without eval_samples)
+    sampled_success_before: float | None
+    sampled_success_after: float | None
     output_dir: Path
     history: list[dict[str, float]]
 
@@ -284,6 +296,10 @@ class LocalRun:
         self.sampler = BatchingGenerator(served, config.sampling, seed=config.seed)
         greedy = dataclasses.replace(config.sampling, greedy=True)
         self.evaluator = BatchingGenerator(served, greedy, seed=config.seed)
+        # Its own stream, restarted at every evaluation: evaluating never shifts the training samples, and every
+        # evaluation draws with the same random numbers, so successive ones differ by the policy only.
+        self.sampled_evaluator = BatchingGenerator(served, config.sampling, seed=config.seed + 1)
+        self.sampled_evaluator_start = self.sampled_evaluator.rng_state()
 
     def _tokenizer(self, pairs):
         if self.config.model.path:
@@ -354,9 +370,14 @@ class LocalRun:
         return asyncio.run(rollout(tasks, generator, self.router, rollout_config, self.env_factory))
 
     def evaluate(self) -> tuple[float, dict[str, float]]:
-        """Success on the evaluation split: K = 1, greedy, independent rollouts."""
+        """Success on the evaluation split: K = 1, greedy, independent rollouts; with `eval_samples`, also
+        `eval_samples` sampled episodes per task under `eval_sampled/`."""
         tasks = make_tasks(self.config, "eval", 0, self.config.eval_tasks)
         metrics = rollout_metrics(self.rollout(tasks, self.evaluator, 1, "tree"), prefix="eval")
+        if self.config.eval_samples:
+            self.sampled_evaluator.set_rng_state(self.sampled_evaluator_start)
+            sampled = self.rollout(tasks, self.sampled_evaluator, self.config.eval_samples, "independent")
+            metrics |= rollout_metrics(sampled, prefix="eval_sampled")
         return metrics["eval/success"], metrics
 
     def train_step(self, step: int) -> dict[str, float]:
@@ -463,9 +484,9 @@ def train(config: LocalTrainConfig, log: Callable[[str], None] = print) -> Train
     run = LocalRun(config, log, checkpoint)
     (run.out / CONFIG_FILE).write_text(config_json(config))
     if checkpoint is None:
-        before, _ = run.evaluate()
+        before, before_metrics = run.evaluate()
         log(f"eval success before RL: {before:.3f}")
-        start, history = 0, [{"step": 0, "eval/success": before}]
+        start, history = 0, [{"step": 0} | before_metrics]
     else:
         start, history = run.load(checkpoint)
         log(f"resumed from {checkpoint} at step {start}")
@@ -491,10 +512,18 @@ def train(config: LocalTrainConfig, log: Callable[[str], None] = print) -> Train
                 run.save(step + 1, history)
     finally:
         sink.close()
-    before = history[0]["eval/success"]
     evals = [row["eval/success"] for row in history if "eval/success" in row]
+    sampled = [row["eval_sampled/success"] for row in history if "eval_sampled/success" in row]
     plot_learning_curve(history, run.out / "learning_curve.png")
-    return TrainSummary(before, evals[-1], config.steps, run.out, history)
+    return TrainSummary(
+        eval_success_before=evals[0],
+        eval_success_after=evals[-1],
+        steps=config.steps,
+        sampled_success_before=sampled[0] if sampled else None,
+        sampled_success_after=sampled[-1] if sampled else None,
+        output_dir=run.out,
+        history=history,
+    )
 
 
 def plot_learning_curve(history: list[dict[str, float]], path: Path) -> None:
@@ -510,6 +539,9 @@ def plot_learning_curve(history: list[dict[str, float]], path: Path) -> None:
         ax.plot(*zip(*train, strict=True), label="train (tree rollout)", alpha=0.6)
     if evals:
         ax.plot(*zip(*evals, strict=True), marker="o", label="held-out (greedy, K=1)")
+    sampled = [(h["step"], h["eval_sampled/success"]) for h in history if "eval_sampled/success" in h]
+    if sampled:
+        ax.plot(*zip(*sampled, strict=True), marker="s", label="held-out (sampled, K=1)")
     ax.set_xlabel("step")
     ax.set_ylabel("success")
     ax.set_ylim(-0.02, 1.02)
