@@ -1,4 +1,4 @@
-"""The single-agent option of the built-in puzzles: one role does the whole task, prompts say so."""
+"""Options of the built-in puzzles: single_agent (one role does the whole task) and brief_prompts."""
 
 from __future__ import annotations
 
@@ -63,3 +63,27 @@ def test_single_agent_rollout_samples_only_the_plan_role():
 def test_single_agent_must_be_a_boolean(value):
     with pytest.raises(ValueError, match="single_agent must be true or false"):
         make_env("plan_path", single_agent=value)
+
+
+@pytest.mark.parametrize("name", ["plan_path", "sokoban"])
+def test_brief_prompts_keep_the_board_and_positions_and_drop_the_prose(name):
+    task = Task(uid=f"{name}/0", env=name, seed=3, split="train")
+    full, brief = make_env(name, **OPTIONS[name]), make_env(name, **OPTIONS[name], brief_prompts=True)
+    full.reset(task)
+    brief.reset(task)
+    for role in ("tool", "plan"):
+        long_system, long_user = (m["content"] for m in full.observe(role))
+        short_system, short_user = (m["content"] for m in brief.observe(role))
+        assert short_system == f"You are the {role} agent."
+        board = full.render(full.state.position)
+        assert board in short_user and full.describe_position(full.state.position) in short_user
+        assert "Legend" in long_user and "Legend" not in short_user
+        assert len(short_system) + len(short_user) < (len(long_system) + len(long_user)) / 2
+    brief.step("tool", brief.expert("tool"))
+    assert "proposed" in brief.observe("plan")[1]["content"]  # the teammate's proposal is still shown
+
+
+def test_brief_single_agent_prompt_says_alone():
+    env = make_env("plan_path", **OPTIONS["plan_path"], single_agent=True, brief_prompts=True)
+    env.reset(Task(uid="p", env="plan_path", seed=1, split="train"))
+    assert env.observe("plan")[0]["content"] == "You solve the puzzle alone."
