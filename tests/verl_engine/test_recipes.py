@@ -26,7 +26,10 @@ from verl_mas.verl_engine.config import MasConfig, MasConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 RECIPES = REPO / "recipes"
+LAUNCHER = RECIPES / "launch.sh"  # the one launcher; each recipes/<env>/run_qwen3_<size>.sh execs it
 MODELS = {"run_qwen3_1.7b.sh": "Qwen/Qwen3-1.7B", "run_qwen3_8b.sh": "Qwen/Qwen3-8B"}
+SIZES = {"run_qwen3_1.7b.sh": "1.7b", "run_qwen3_8b.sh": "8b"}  # the launcher's SIZE argument for each wrapper
+GPU_MEMORY_UTILIZATION = {"run_qwen3_1.7b.sh": "0.6", "run_qwen3_8b.sh": "0.5"}
 LEVELS = ("single", "shared", "per_role")
 SCRIPTS = sorted(RECIPES.glob("*/run_*.sh"))
 # what the fake `python` and `verl-mas` do: write their arguments, one per line, to $RECORD_DIR/<command>
@@ -53,11 +56,14 @@ def fake_bin(tmp_path_factory) -> Path:
     return bin_dir
 
 
-def run_script(script: Path, args: list[str], fake_bin: Path, home: Path) -> subprocess.CompletedProcess:
+def run_script(
+    script: Path, args: list[str], fake_bin: Path, home: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "HOME": str(home), "RECORD_DIR": str(home)}
     env.pop("DATA_DIR", None)
     env.pop("MODEL", None)
     env.pop("N_GPUS", None)
+    env.update(extra_env or {})
     return subprocess.run(["bash", str(script), *args], env=env, capture_output=True, text=True, timeout=30)
 
 
@@ -67,10 +73,22 @@ def test_every_environment_has_a_complete_recipe():
     for env in built_in:
         files = sorted(p.name for p in (RECIPES / env).iterdir())
         assert files == sorted(["README.md", f"{env}.yaml", "run_qwen3_1.7b.sh", "run_qwen3_8b.sh"]), env
+    assert sorted(p.name for p in RECIPES.iterdir() if not p.is_dir()) == ["launch.sh"]
     assert len(SCRIPTS) == 6
-    for script in SCRIPTS:
+    for script in [LAUNCHER, *SCRIPTS]:
         lines = script.read_text().splitlines()
         assert lines[0] == "#!/usr/bin/env bash" and "set -euo pipefail" in lines, script
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_run_script_is_a_wrapper_that_execs_the_launcher(script):
+    """A wrapper checks for the level (so the usage names the wrapper) and execs recipes/launch.sh ENV SIZE."""
+    commands = [line for line in script.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    assert commands == [
+        "set -euo pipefail",
+        ': "${1:?usage: $0 single|shared|per_role [extra hydra overrides ...]}"',
+        f'exec "$BASH" "$(dirname "${{BASH_SOURCE[0]}}")/../launch.sh" {script.parent.name} {SIZES[script.name]} "$@"',
+    ]
 
 
 LEVEL_OVERRIDES = {
@@ -89,9 +107,11 @@ COMPOSED_CASES = [
 ]
 
 
-def launch_recorded(script: Path, level: str, fake_bin: Path, home: Path) -> tuple[list[str], Path, str, list[str]]:
+def launch_recorded(
+    script: Path, level: str, fake_bin: Path, home: Path, launcher_args: tuple[str, ...] = ()
+) -> tuple[list[str], Path, str, list[str]]:
     """Run `script` with fake commands: the data step's arguments and the launch's config dir, name, overrides."""
-    result = run_script(script, [level, "trainer.logger=[console]"], fake_bin, home)
+    result = run_script(script, [*launcher_args, level, "trainer.logger=[console]"], fake_bin, home)
     assert result.returncode == 0, result.stderr
     main_args = (home / "python").read_text().splitlines()
     assert main_args[:2] == ["-m", "verl_mas.main"]
@@ -110,15 +130,43 @@ def test_run_script_writes_the_data_then_launches_its_recipe(script, level, fake
         *("--train", str(200 * 32), "--eval", "100", "--seed", "0", f"single_agent={single_agent}")
     ]
     assert config_dir == RECIPES / env and config_name == env
-    for expected in [
+    offload = ["actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"]
+    assert overrides == [
         *LEVEL_OVERRIDES[level],
         f"data.train_files={data_dir / 'train.parquet'}",
         f"data.val_files={data_dir / 'eval.parquet'}",
         f"actor_rollout_ref.model.path={MODELS[script.name]}",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        f"actor_rollout_ref.rollout.gpu_memory_utilization={GPU_MEMORY_UTILIZATION[script.name]}",
         "trainer.n_gpus_per_node=8",
+        "trainer.nnodes=1",
+        f"trainer.experiment_name={env}_qwen3_{SIZES[script.name]}_{level}",
+        *(offload if script.name == "run_qwen3_8b.sh" and level == "per_role" else []),
+        "trainer.logger=[console]",  # extra arguments reach hydra, last
+    ]
+    # the wrapper is exactly the launcher given its environment and size
+    (tmp_path / "direct").mkdir()
+    direct = launch_recorded(LAUNCHER, level, fake_bin, tmp_path / "direct", (env, SIZES[script.name]))
+    assert direct == (
+        [arg.replace(str(tmp_path), str(tmp_path / "direct")) for arg in data_args],
+        config_dir,
+        config_name,
+        [arg.replace(str(tmp_path), str(tmp_path / "direct")) for arg in overrides],
+    )
+
+
+def test_run_script_reads_n_gpus_model_and_data_dir_from_the_environment(fake_bin, tmp_path):
+    extra_env = {"N_GPUS": "4", "MODEL": "/models/qwen3", "DATA_DIR": str(tmp_path / "mine")}
+    result = run_script(RECIPES / "sokoban" / "run_qwen3_8b.sh", ["shared"], fake_bin, tmp_path, extra_env)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "verl-mas").read_text().splitlines()[3:5] == ["--out", str(tmp_path / "mine")]
+    overrides = (tmp_path / "python").read_text().splitlines()[6:]
+    for expected in [
+        f"data.train_files={tmp_path / 'mine' / 'train.parquet'}",
+        "actor_rollout_ref.model.path=/models/qwen3",
+        "trainer.n_gpus_per_node=4",
     ]:
         assert expected in overrides
-    assert overrides[-1] == "trainer.logger=[console]"  # extra arguments reach hydra, last
 
 
 @pytest.mark.parametrize("env, script_name, level", COMPOSED_CASES)
@@ -154,10 +202,31 @@ def test_run_script_launch_composes_checks_and_has_the_reference_settings(env, s
     omega_conf_to_dataclass(config.algorithm)
 
 
-def test_run_script_rejects_an_unknown_level(fake_bin, tmp_path):
-    result = run_script(RECIPES / "sudoku" / "run_qwen3_8b.sh", ["per_agent"], fake_bin, tmp_path)
+UNKNOWN_LEVEL = "unknown level 'per_agent': use single, shared or per_role"
+
+
+@pytest.mark.parametrize(
+    "script, args, message",
+    [
+        (RECIPES / "sudoku" / "run_qwen3_8b.sh", ["per_agent"], UNKNOWN_LEVEL),
+        (LAUNCHER, ["sudoku", "8b", "per_agent"], UNKNOWN_LEVEL),
+        (LAUNCHER, ["sudoku", "4b", "shared"], "unknown model size '4b': use 1.7b or 8b"),
+        (LAUNCHER, ["chess", "8b", "shared"], "unknown environment 'chess'"),
+    ],
+    ids=["wrapper-level", "launcher-level", "launcher-size", "launcher-env"],
+)
+def test_run_script_rejects_an_unknown_level_size_or_environment(script, args, message, fake_bin, tmp_path):
+    result = run_script(script, args, fake_bin, tmp_path)
     assert result.returncode == 2
-    assert "unknown level 'per_agent': use single, shared or per_role" in result.stderr
+    assert message in result.stderr
+    assert not (tmp_path / "verl-mas").exists() and not (tmp_path / "python").exists()
+
+
+@pytest.mark.parametrize("script", [RECIPES / "plan_path" / "run_qwen3_1.7b.sh", LAUNCHER], ids=lambda p: p.name)
+def test_run_script_without_a_level_prints_its_usage(script, fake_bin, tmp_path):
+    result = run_script(script, [], fake_bin, tmp_path)
+    assert result.returncode != 0
+    assert f"usage: {script} " in result.stderr and "single|shared|per_role" in result.stderr
     assert not (tmp_path / "verl-mas").exists() and not (tmp_path / "python").exists()
 
 
