@@ -99,6 +99,12 @@ def default_env_factory(task: Task) -> MultiAgentEnv:
     return env
 
 
+def _require_unique_uids(tasks: Sequence[Task]) -> None:
+    uids = [t.uid for t in tasks]
+    if len(set(uids)) != len(uids):
+        raise ValueError("rollout: task uids must be unique within a batch")
+
+
 async def rollout_tasks(
     tasks: Sequence[Task],
     generate: Generate,
@@ -107,9 +113,7 @@ async def rollout_tasks(
     env_factory: EnvFactory = default_env_factory,
 ) -> list[EpisodeResult]:
     """Roll out every task concurrently; results are in task order."""
-    uids = [t.uid for t in tasks]
-    if len(set(uids)) != len(uids):
-        raise ValueError("rollout: task uids must be unique within a batch")
+    _require_unique_uids(tasks)
     return list(await asyncio.gather(*(rollout_task(t, generate, router, config, env_factory) for t in tasks)))
 
 
@@ -125,9 +129,7 @@ async def rollout_independent(
     Episode j of a task tags its samples with branch j and keeps the task's uid, so a task's episodes form its
     groups (no candidate is scored on a clone). Results are task-major: task 0's k episodes, then task 1's, ...
     """
-    uids = [t.uid for t in tasks]
-    if len(set(uids)) != len(uids):
-        raise ValueError("rollout: task uids must be unique within a batch")
+    _require_unique_uids(tasks)
     single = dataclasses.replace(config, k=1)
     results = await asyncio.gather(
         *(rollout_task(t, generate, router, single, env_factory) for t in tasks for _ in range(config.k))

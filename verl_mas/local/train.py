@@ -281,17 +281,19 @@ class LocalRun:
         roles = make_env(config.env, **config.env_options).workflow().roles
         self.router = PolicyRouter.from_spec(config.router, roles)
         self.env_factory: EnvFactory = default_env_factory
-        if checkpoint is None:
-            pairs = collect_expert_pairs(config, self.router)
-            self.tokenizer = self._tokenizer(pairs)
-        else:
-            pairs = []
+        # Expert moves train the tokenizer and feed the warm start: only a tiny model built from scratch needs them.
+        from_scratch = checkpoint is None and not config.model.path
+        pairs = collect_expert_pairs(config, self.router) if from_scratch else []
+        if checkpoint is not None:
             self.tokenizer = load_tokenizer(checkpoint / TOKENIZER_DIR)
-        warm_start_pairs = [] if config.model.path else pairs
-        if config.lora.rank:
-            self.models, self.trainers, served = self._adapter_policies(warm_start_pairs)
+        elif config.model.path:
+            self.tokenizer = load_tokenizer(config.model.path)
         else:
-            self.models, self.trainers, served = self._whole_model_policies(warm_start_pairs)
+            self.tokenizer = self._train_tokenizer(pairs)
+        if config.lora.rank:
+            self.models, self.trainers, served = self._adapter_policies(pairs)
+        else:
+            self.models, self.trainers, served = self._whole_model_policies(pairs)
         self.served: dict[str, PolicyModel] = served
         self.sampler = BatchingGenerator(served, config.sampling, seed=config.seed)
         greedy = dataclasses.replace(config.sampling, greedy=True)
@@ -301,9 +303,7 @@ class LocalRun:
         self.sampled_evaluator = BatchingGenerator(served, config.sampling, seed=config.seed + 1)
         self.sampled_evaluator_start = self.sampled_evaluator.rng_state()
 
-    def _tokenizer(self, pairs):
-        if self.config.model.path:
-            return load_tokenizer(self.config.model.path)
+    def _train_tokenizer(self, pairs):
         texts = [m["content"] for _, messages, _ in pairs for m in messages] + [move for _, _, move in pairs]
         return train_tokenizer(texts, vocab_size=self.config.model.vocab_size)
 
