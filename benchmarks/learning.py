@@ -96,7 +96,8 @@ class RunRecord:
     seed: int
     output_dir: str
     wall_s: float = 0.0
-    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out success)
+    evals: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out success, greedy)
+    sampled_evals: list[tuple[int, float]] = field(default_factory=list)  # (step, success at the training temperature)
     error: str = ""
 
     @property
@@ -165,6 +166,9 @@ def run_method(config: LocalTrainConfig, name: str, warm: WarmStart, folder: Pat
         record.error = describe(exc)
     else:
         record.evals = [(int(row["step"]), row["eval/success"]) for row in summary.history if "eval/success" in row]
+        record.sampled_evals = [
+            (int(row["step"]), row["eval_sampled/success"]) for row in summary.history if "eval_sampled/success" in row
+        ]
     record.wall_s = time.perf_counter() - started
     return record
 
@@ -191,6 +195,7 @@ def summarize(records: list[RunRecord]) -> list[dict[str, Any]]:
     for (env, method), group in groups.items():
         done = [r for r in group if not r.error]
         afters = [r.after for r in done]
+        sampled = [r for r in done if r.sampled_evals]
         rows.append(
             {
                 "env": env,
@@ -200,6 +205,8 @@ def summarize(records: list[RunRecord]) -> list[dict[str, Any]]:
                 "after_mean": statistics.fmean(afters) if done else None,
                 "after_std": statistics.stdev(afters) if len(afters) > 1 else None,
                 "after_per_seed": afters,
+                "sampled_before_mean": statistics.fmean(r.sampled_evals[0][1] for r in sampled) if sampled else None,
+                "sampled_after_mean": statistics.fmean(r.sampled_evals[-1][1] for r in sampled) if sampled else None,
                 "wall_s_mean": statistics.fmean(r.wall_s for r in done) if done else None,
                 "errors": [f"seed {r.seed}: {r.error}" for r in group if r.error],
             }
@@ -209,7 +216,8 @@ def summarize(records: list[RunRecord]) -> list[dict[str, Any]]:
 
 def table_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
     """Header and one line per summary row, as strings (printed aligned, or written as Markdown)."""
-    header = ["env", "method", "seeds", "held-out before -> after", "std after", "after per seed", "wall s", "error"]
+    header = ["env", "method", "seeds", "held-out before -> after", "std after", "after per seed"]
+    header += ["sampled before -> after", "wall s", "error"]
     lines = [header]
     for row in rows:
         done = row["after_mean"] is not None
@@ -221,6 +229,9 @@ def table_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
                 f"{row['before_mean']:.3f} -> {row['after_mean']:.3f}" if done else "failed",
                 f"{row['after_std']:.3f}" if row["after_std"] is not None else "-",
                 " ".join(f"{a:.3f}" for a in row["after_per_seed"]) or "-",
+                f"{row['sampled_before_mean']:.3f} -> {row['sampled_after_mean']:.3f}"
+                if row["sampled_after_mean"] is not None
+                else "-",
                 f"{row['wall_s_mean']:.1f}" if done else "-",
                 "; ".join(row["errors"]),
             ]
@@ -319,7 +330,8 @@ def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[li
         "run through `model.path`: the team methods start from the same weights, and `at_grpo_per_role` starts both "
         "role models from that one model warm-started on both roles' expert moves (a plain per_role run warm-starts "
         "each role's model on its own role's moves).",
-        "- held-out success: greedy, K=1, on the evaluation split, before RL (step 0) and after the last step.",
+        "- held-out success: greedy, K=1, on the evaluation split, before RL (step 0) and after the last step; "
+        "`sampled` is the same at the training temperature, `eval_samples` episodes per task.",
         "",
         "## Methods",
         "",
