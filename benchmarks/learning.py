@@ -34,8 +34,11 @@ RESULTS_FILE = "learning.json"
 ENV_OPTIONS: dict[str, dict[str, Any]] = {
     "plan_path": {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True},
     "sokoban": {"size": 5, "boxes": 1, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True},
-    "sudoku": {"size": 4, "tool_mode": "compact", "max_turns": 3},
+    "sudoku": {"size": 4, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True},
 }
+# Training keys an env needs under every preset (presets and overrides still apply on top): a 4x4 grid in
+# <answer></answer> is 29 tokens with eos, more than the default's 24.
+ENV_KEYS: dict[str, dict[str, Any]] = {"sudoku": {"sampling": {"max_new_tokens": 32}}}
 # Keys each run's config gets from the script (its flags or the method), not from key=value overrides.
 SCRIPT_KEYS = ("env", "seed", "steps", "output_dir", "router", "grouping", "rollout_mode", "resume", "preset")
 
@@ -112,6 +115,7 @@ class RunRecord:
 def env_config(env: str, presets: list[str], overrides: Mapping[str, Any], steps: int | None) -> LocalTrainConfig:
     """The config every run on `env` shares: the script's env options, the presets, the overrides, the step budget."""
     base = dataclasses.replace(LocalTrainConfig(), env=env, env_options=ENV_OPTIONS.get(env, {}))
+    base = apply_train_overrides(base, ENV_KEYS.get(env, {}))
     config = resolve_train_config({"preset": presets, **overrides}, base)
     return config if steps is None else apply_train_overrides(config, {"steps": steps})
 
@@ -325,6 +329,7 @@ def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[li
         f"seeds: {' '.join(map(str, settings['seeds']))}; presets: {', '.join(settings['presets'])}",
         f"- overrides for every run: `{' '.join(settings['overrides']) or '(none)'}`",
         *[f"- {env} options: `{json.dumps(options)}`" for env, options in settings["env_options"].items()],
+        *[f"- {env} training keys: `{json.dumps(keys)}`" for env, keys in ENV_KEYS.items() if env in settings["envs"]],
         f"- training keys: `{' '.join(settings['shared_keys'])}`",
         "- one warm start per (env, seed, team or single agent), saved under the output folder and loaded by every "
         "run through `model.path`: the team methods start from the same weights, and `at_grpo_per_role` starts both "

@@ -67,10 +67,13 @@ class SudokuConfig:
     tool_mode: ToolMode = "code"
     max_turns: int = 5
     single_agent: bool = False  # one agent ("plan") does the whole task: the paper's single-agent baseline
+    # Prompts without the rules' prose (as for the grid puzzles): tiny models learn the format from the warm start.
+    brief_prompts: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.single_agent, bool):
-            raise ValueError(f"sudoku single_agent must be true or false, got {self.single_agent!r}")
+        for key in ("single_agent", "brief_prompts"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"sudoku {key} must be true or false, got {getattr(self, key)!r}")
         if self.size not in SIZES:
             raise ValueError(f"sudoku size must be one of {SIZES}, got {self.size!r}")
         if self.clues is not None and not (isinstance(self.clues, int) and 0 <= self.clues < self.size**2):
@@ -395,10 +398,9 @@ class SudokuEnv(MultiAgentEnv):
         tool_mode: ToolMode = "code",
         max_turns: int = 5,
         single_agent: bool = False,
+        brief_prompts: bool = False,
     ):
-        self.base_config = SudokuConfig(
-            size=size, clues=clues, tool_mode=tool_mode, max_turns=max_turns, single_agent=single_agent
-        )
+        self.base_config = SudokuConfig(size, clues, tool_mode, max_turns, single_agent, brief_prompts)
         self.config = self.base_config
         self.puzzle: Board = ()
         self.solution: Board = ()
@@ -430,7 +432,10 @@ class SudokuEnv(MultiAgentEnv):
 
     def observe(self, role: str) -> list[dict[str, str]]:
         self._require_role(role)
-        system = self._tool_system() if role == "tool" else self._plan_system()
+        if self.config.brief_prompts:
+            system = "You solve the Sudoku alone." if self.config.single_agent else f"You are the {role} agent."
+        else:
+            system = self._tool_system() if role == "tool" else self._plan_system()
         return [{"role": "system", "content": system}, {"role": "user", "content": self._user_message(role)}]
 
     def step(self, role: str, text: str) -> StepResult:

@@ -87,3 +87,23 @@ def test_brief_single_agent_prompt_says_alone():
     env = make_env("plan_path", **OPTIONS["plan_path"], single_agent=True, brief_prompts=True)
     env.reset(Task(uid="p", env="plan_path", seed=1, split="train"))
     assert env.observe("plan")[0]["content"] == "You solve the puzzle alone."
+
+
+def test_sudoku_brief_prompts_drop_the_rules_and_keep_the_board_and_proposal():
+    task = Task(uid="sudoku/0", env="sudoku", seed=5, split="train")
+    full, brief = make_env("sudoku", **OPTIONS["sudoku"]), make_env("sudoku", **OPTIONS["sudoku"], brief_prompts=True)
+    for env in (full, brief):
+        env.reset(task)
+        env.step("tool", "<answer>\n1 1 1 1\n1 1 1 1\n1 1 1 1\n1 1 1 1\n</answer>")
+    for role in ("tool", "plan"):
+        (long_system, long_user), (short_system, short_user) = (
+            [m["content"] for m in env.observe(role)] for env in (full, brief)
+        )
+        assert "Sudoku rules" in long_system and short_system == f"You are the {role} agent."
+        assert short_user == long_user  # the puzzle, the board and the teammate's checked proposal stay
+    assert "Tool agent proposal" in brief.observe("plan")[1]["content"]
+    alone = make_env("sudoku", **OPTIONS["sudoku"], single_agent=True, brief_prompts=True)
+    alone.reset(task)
+    assert alone.observe("plan")[0]["content"] == "You solve the Sudoku alone."
+    with pytest.raises(ValueError, match="sudoku brief_prompts must be true or false"):
+        make_env("sudoku", brief_prompts="no")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -254,3 +255,14 @@ def test_sampled_evaluation_neither_shifts_training_nor_depends_on_history(tmp_p
     assert {k: v for k, v in once.items() if k.startswith("eval_sampled/")} == {
         k: v for k, v in again.items() if k.startswith("eval_sampled/")
     }
+
+
+def test_expert_moves_longer_than_max_new_tokens_are_reported_at_start(tmp_path):
+    messages: list[str] = []
+    LocalRun(tiny_config(tmp_path / "short", sampling={"max_new_tokens": 1}), log=messages.append)
+    (warning,) = [m for m in messages if m.startswith("warning:")]
+    # every say_digit expert move is one digit + eos = 2 tokens, so all of them are cut at 1
+    assert re.search(r"warning: (\d+) of \1 expert moves", warning) and "sampling.max_new_tokens=2 " in warning
+    messages.clear()
+    LocalRun(tiny_config(tmp_path / "room", sampling={"max_new_tokens": 2}), log=messages.append)
+    assert not [m for m in messages if m.startswith("warning:")]

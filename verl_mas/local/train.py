@@ -235,6 +235,12 @@ def warm_start(
     return float(np.mean(last_losses)) if last_losses else 0.0
 
 
+def expert_moves_cut(tokenizer, pairs: list[ExpertPair], max_new_tokens: int) -> tuple[int, int]:
+    """How many expert moves (with eos) exceed `max_new_tokens`, and the longest one's length in tokens."""
+    lengths = [len(tokenizer.encode(move, add_special_tokens=False)) + 1 for _, _, move in pairs]
+    return sum(length > max_new_tokens for length in lengths), max(lengths, default=0)
+
+
 def _pack_sft(batch: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     width = max(len(p) + len(r) for p, r in batch)
     input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
@@ -290,6 +296,14 @@ class LocalRun:
             self.tokenizer = load_tokenizer(config.model.path)
         else:
             self.tokenizer = self._train_tokenizer(pairs)
+        cut, longest = expert_moves_cut(self.tokenizer, pairs, config.sampling.max_new_tokens)
+        if cut:
+            # The warm start teaches whole moves; a sampler that stops short turns each such move into a cut reply.
+            log(
+                f"warning: {cut} of {len(pairs)} expert moves are longer than sampling.max_new_tokens="
+                f"{config.sampling.max_new_tokens} (longest: {longest} tokens with eos); sampled replies of that "
+                f"length are cut. Set sampling.max_new_tokens={longest} to leave room."
+            )
         if config.lora.rank:
             self.models, self.trainers, served = self._adapter_policies(pairs)
         else:
