@@ -410,9 +410,23 @@ def main(argv: list[str] | None = None) -> None:
                     if not config.model.path:
                         warm_starts.append(warm_by_agents[agents])
                 records.append(run_method(config, method, warm_by_agents[agents], folder / method))
+                # rewritten after every run, so that a stopped benchmark keeps the runs it finished
+                write_report(args, out, configs, records, warm_starts)
+    lines = write_report(args, out, configs, records, warm_starts)
+    print(aligned(lines))
+    print(f"written: {out / RESULTS_FILE}, {out.with_suffix('.md')}, plots in {out}")
+
+
+def write_report(
+    args: argparse.Namespace,
+    out: Path,
+    configs: dict[str, LocalTrainConfig],
+    records: list[RunRecord],
+    warm_starts: list[WarmStart],
+) -> list[list[str]]:
+    """learning.json, OUT.md and one plot per env from the runs so far; returns the table's cells."""
     rows = summarize(records)
     lines = table_cells(rows)
-    print(aligned(lines))
     pngs = []
     for env, config in configs.items():
         if any(record.env == env and not record.error for record in records):
@@ -442,9 +456,8 @@ def main(argv: list[str] | None = None) -> None:
         "summary": rows,
     }
     (out / RESULTS_FILE).write_text(json.dumps(report, indent=2))
-    markdown = out.with_suffix(".md")
-    write_markdown(markdown, out, report, lines, pngs)
-    print(f"written: {out / RESULTS_FILE}, {markdown}, {', '.join(str(p) for p in pngs)}")
+    write_markdown(out.with_suffix(".md"), out, report, lines, pngs)
+    return lines
 
 
 if __name__ == "__main__":
