@@ -23,7 +23,8 @@ import torch
 from transformers.utils import logging as transformers_logging
 
 from verl_mas.local.presets import apply_train_overrides, resolve_train_config
-from verl_mas.local.train import LocalRun, LocalTrainConfig, train
+from verl_mas.local.reporting import METRICS_FILE
+from verl_mas.local.train import CONFIG_FILE, LocalRun, LocalTrainConfig, config_json, train
 from verl_mas.overrides import parse_overrides
 
 REPO = Path(__file__).resolve().parents[1]
@@ -147,34 +148,58 @@ def prepare_warm_start(config: LocalTrainConfig, agents: str, folder: Path, log:
     return WarmStart(config.env, config.seed, agents, str(folder), time.perf_counter() - started)
 
 
-def run_method(config: LocalTrainConfig, name: str, warm: WarmStart, folder: Path) -> RunRecord:
-    """train() from the saved warm start with the method's keys; an exception becomes the record's error."""
+def method_config(config: LocalTrainConfig, name: str, warm_path: str, folder: Path) -> LocalTrainConfig:
+    """The config of one method's run: the env's config, the method's keys, the warm start and the run's folder."""
     method = METHODS[name]
-    record = RunRecord(config.env, name, config.seed, str(folder))
-    if warm.error:
-        record.error = f"warm start failed: {warm.error}"
-        return record
     overrides = {
         **method.overrides,
         "env_options": {"single_agent": not method.team},
-        "model": {"path": warm.path},
+        "model": {"path": warm_path},
         "output_dir": str(folder),
     }
     if not method.trains:
         overrides["steps"] = 0
+    return apply_train_overrides(config, overrides)
+
+
+def finished_history(config: LocalTrainConfig) -> list[dict[str, Any]] | None:
+    """The metrics of a run that already finished in config.output_dir with exactly this config, else None."""
+    folder = Path(config.output_dir)
+    try:
+        saved = (folder / CONFIG_FILE).read_text()
+        history = [json.loads(line) for line in (folder / METRICS_FILE).read_text().splitlines()]
+    except (OSError, json.JSONDecodeError):
+        return None
+    finished = bool(history) and history[-1].get("step") == config.steps and "eval/success" in history[-1]
+    return history if finished and saved == config_json(config) else None
+
+
+def run_record(config: LocalTrainConfig, name: str, history: list[dict[str, Any]], wall_s: float) -> RunRecord:
+    record = RunRecord(config.env, name, config.seed, config.output_dir, wall_s)
+    record.evals = [(int(row["step"]), row["eval/success"]) for row in history if "eval/success" in row]
+    record.sampled_evals = [
+        (int(row["step"]), row["eval_sampled/success"]) for row in history if "eval_sampled/success" in row
+    ]
+    return record
+
+
+def run_method(config: LocalTrainConfig, name: str, warm: WarmStart) -> RunRecord:
+    """train() the method's config from the saved warm start; an exception becomes the record's error."""
+    if warm.error:
+        return RunRecord(config.env, name, config.seed, config.output_dir, error=f"warm start failed: {warm.error}")
     started = time.perf_counter()
     try:
-        summary = train(apply_train_overrides(config, overrides), log=prefixed_log(config.env, config.seed, name))
+        summary = train(config, log=prefixed_log(config.env, config.seed, name))
     except Exception as exc:  # reported in the table; the other runs go on
         traceback.print_exc()
-        record.error = describe(exc)
-    else:
-        record.evals = [(int(row["step"]), row["eval/success"]) for row in summary.history if "eval/success" in row]
-        record.sampled_evals = [
-            (int(row["step"]), row["eval_sampled/success"]) for row in summary.history if "eval_sampled/success" in row
-        ]
-    record.wall_s = time.perf_counter() - started
-    return record
+        wall_s = time.perf_counter() - started
+        return RunRecord(config.env, name, config.seed, config.output_dir, wall_s, error=describe(exc))
+    return run_record(config, name, summary.history, time.perf_counter() - started)
+
+
+def reused_wall_s(history: list[dict[str, Any]]) -> float:
+    """A reused run's time from its metrics: its steps and evaluations (the first evaluation is not timed)."""
+    return sum(row.get("time/step_s", 0.0) + row.get("time/eval_s", 0.0) for row in history)
 
 
 def describe(exc: Exception) -> str:
@@ -345,7 +370,8 @@ def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[li
         "## Results",
         "",
         "Mean over seeds; std is the sample standard deviation of `after` over seeds; wall s is one run's mean wall "
-        "time (evaluations included, warm start excluded).",
+        "time (evaluations included, warm start excluded; for a run reused from an earlier invocation, the time its "
+        "metrics record).",
         "",
         markdown_table(lines),
         "",
@@ -404,12 +430,20 @@ def main(argv: list[str] | None = None) -> None:
             warm_by_agents: dict[str, WarmStart] = {}
             for method in args.methods:
                 agents = "team" if METHODS[method].team else "single"
+                warm_folder = folder / f"warm_start_{agents}"
+                run_config = method_config(config, method, config.model.path or str(warm_folder), folder / method)
+                history = finished_history(run_config)
+                if history is not None:  # the same command stopped earlier: its finished runs are kept
+                    prefixed_log(env, seed, method)(f"reusing the finished run in {run_config.output_dir}")
+                    records.append(run_record(run_config, method, history, reused_wall_s(history)))
+                    write_report(args, out, configs, records, warm_starts)
+                    continue
                 if agents not in warm_by_agents:
                     log = prefixed_log(env, seed, f"warm start ({agents})")
-                    warm_by_agents[agents] = prepare_warm_start(config, agents, folder / f"warm_start_{agents}", log)
+                    warm_by_agents[agents] = prepare_warm_start(config, agents, warm_folder, log)
                     if not config.model.path:
                         warm_starts.append(warm_by_agents[agents])
-                records.append(run_method(config, method, warm_by_agents[agents], folder / method))
+                records.append(run_method(run_config, method, warm_by_agents[agents]))
                 # rewritten after every run, so that a stopped benchmark keeps the runs it finished
                 write_report(args, out, configs, records, warm_starts)
     lines = write_report(args, out, configs, records, warm_starts)
