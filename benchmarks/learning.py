@@ -234,6 +234,9 @@ def summarize(records: list[RunRecord]) -> list[dict[str, Any]]:
                 "after_mean": statistics.fmean(afters) if done else None,
                 "after_std": statistics.stdev(afters) if len(afters) > 1 else None,
                 "after_per_seed": afters,
+                # paired with the run's own warm start, so the gain is free of the warm starts' spread across seeds
+                "gain_mean": statistics.fmean(r.after - r.before for r in done) if done else None,
+                "gain_per_seed": [r.after - r.before for r in done],
                 "sampled_before_mean": statistics.fmean(r.sampled_evals[0][1] for r in sampled) if sampled else None,
                 "sampled_after_mean": statistics.fmean(r.sampled_evals[-1][1] for r in sampled) if sampled else None,
                 "wall_s_mean": statistics.fmean(r.wall_s for r in done) if done else None,
@@ -246,7 +249,7 @@ def summarize(records: list[RunRecord]) -> list[dict[str, Any]]:
 def table_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
     """Header and one line per summary row, as strings (printed aligned, or written as Markdown)."""
     header = ["env", "method", "seeds", "held-out before -> after", "std after", "after per seed"]
-    header += ["sampled before -> after", "wall s", "error"]
+    header += ["gain: mean (per seed)", "sampled before -> after", "wall s", "error"]
     lines = [header]
     for row in rows:
         done = row["after_mean"] is not None
@@ -258,6 +261,7 @@ def table_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
                 f"{row['before_mean']:.3f} -> {row['after_mean']:.3f}" if done else "failed",
                 f"{row['after_std']:.3f}" if row["after_std"] is not None else "-",
                 " ".join(f"{a:.3f}" for a in row["after_per_seed"]) or "-",
+                f"{row['gain_mean']:+.3f} ({' '.join(f'{g:+.3f}' for g in row['gain_per_seed'])})" if done else "-",
                 f"{row['sampled_before_mean']:.3f} -> {row['sampled_after_mean']:.3f}"
                 if row["sampled_after_mean"] is not None
                 else "-",
@@ -369,9 +373,10 @@ def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[li
         "",
         "## Results",
         "",
-        "Mean over seeds; std is the sample standard deviation of `after` over seeds; wall s is one run's mean wall "
-        "time (evaluations included, warm start excluded; for a run reused from an earlier invocation, the time its "
-        "metrics record).",
+        "Mean over seeds; std is the sample standard deviation of `after` over seeds; the gain is after minus before, "
+        "per seed (each run against its own warm start: the team's or the single agent's of that seed); "
+        "wall s is one run's mean wall time (evaluations included, warm start excluded; for a run reused from an "
+        "earlier invocation, the time its metrics record).",
         "",
         markdown_table(lines),
         "",
