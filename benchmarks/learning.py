@@ -380,7 +380,7 @@ def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[li
         "",
         markdown_table(lines),
         "",
-        f"Warm starts (wall s): {', '.join(warm_starts) or 'none (model.path given)'}",
+        f"Warm starts (wall s): {', '.join(warm_starts) or 'none here (model.path given, or runs reused)'}",
         "",
         *[f"![{png.stem}]({os.path.relpath(png, path.parent)})" for png in pngs],
         "",
