@@ -428,6 +428,7 @@ def main(argv: list[str] | None = None) -> None:
             records += [
                 RunRecord(env, method, seed, "", error=describe(exc)) for seed in args.seeds for method in args.methods
             ]
+            lines = write_report(args, out, configs, records, warm_starts)
             continue
         for seed in args.seeds:
             config = dataclasses.replace(configs[env], seed=seed)
@@ -441,17 +442,16 @@ def main(argv: list[str] | None = None) -> None:
                 if history is not None:  # the same command stopped earlier: its finished runs are kept
                     prefixed_log(env, seed, method)(f"reusing the finished run in {run_config.output_dir}")
                     records.append(run_record(run_config, method, history, reused_wall_s(history)))
-                    write_report(args, out, configs, records, warm_starts)
-                    continue
-                if agents not in warm_by_agents:
-                    log = prefixed_log(env, seed, f"warm start ({agents})")
-                    warm_by_agents[agents] = prepare_warm_start(config, agents, warm_folder, log)
-                    if not config.model.path:
-                        warm_starts.append(warm_by_agents[agents])
-                records.append(run_method(run_config, method, warm_by_agents[agents]))
+                else:
+                    if agents not in warm_by_agents:
+                        log = prefixed_log(env, seed, f"warm start ({agents})")
+                        warm_by_agents[agents] = prepare_warm_start(config, agents, warm_folder, log)
+                        if not config.model.path:
+                            warm_starts.append(warm_by_agents[agents])
+                    records.append(run_method(run_config, method, warm_by_agents[agents]))
                 # rewritten after every run, so that a stopped benchmark keeps the runs it finished
-                write_report(args, out, configs, records, warm_starts)
-    lines = write_report(args, out, configs, records, warm_starts)
+                lines = write_report(args, out, configs, records, warm_starts)
+    # every env adds records (runs, or its config error) and a report: --envs, --seeds and --methods are non-empty
     print(aligned(lines))
     print(f"written: {out / RESULTS_FILE}, {out.with_suffix('.md')}, plots in {out}")
 
