@@ -31,7 +31,12 @@ after n applied moves, ending at s'. clip(x) clips x to [-1, 1].
 | local  | moves reach the solution                                     | 0.5 + 0.5 * d(s) / n  (1.0 if optimal) |
 | local  | moves end in a deadlock                                      | -0.5                                   |
 | local  | otherwise                                                    | 0.5 * clip((d(s) - d(s')) / d(s))      |
+| local  | ... with progress_reward="pace", t turns left (this one too) | 0.5 * clip((d(s) - d(s')) / ceil(d(s) / t)) |
 | local  | ... and the list stopped at an illegal move (also invalid)   | minus 0.25                             |
+
+`progress_reward="pace"` rates progress against the moves still needed per remaining turn instead of against the
+whole distance, so a list that keeps the pace to finish in time earns the full 0.5; by default one safe move
+earns 0.5 / d(s) whatever the turns left, which lets a weak policy settle on one move per turn and run out.
 
 The tool's local reward rates its simulated proposal, the plan's local reward its committed moves, by the
 same rule. StepResult.valid is False for unparsable text and for a list that hit an illegal move.
@@ -52,6 +57,7 @@ from verl_mas.env import MultiAgentEnv, StepResult, Task, Workflow, split_of
 
 Cell = tuple[int, int]  # (row, column); row 0 is the top row
 ToolMode = Literal["code", "compact"]
+ProgressReward = Literal["fraction", "pace"]
 Outcome = Literal["playing", "solved", "deadlocked", "out_of_turns"]
 
 ROLES = ("tool", "plan")
@@ -242,6 +248,7 @@ class GridConfig:
     # Prompts without the rules' prose: tiny models trained from scratch learn the rules from the warm start, and
     # a prompt a third as long makes their training three times cheaper.
     brief_prompts: bool = False
+    progress_reward: ProgressReward = "fraction"  # the local progress term (module docstring table)
 
     def __post_init__(self) -> None:
         for key in ("single_agent", "brief_prompts"):
@@ -249,6 +256,8 @@ class GridConfig:
                 raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
         if self.tool_mode not in ("code", "compact"):
             raise ValueError(f"tool_mode must be 'code' or 'compact', got {self.tool_mode!r}")
+        if self.progress_reward not in ("fraction", "pace"):
+            raise ValueError(f"progress_reward must be 'fraction' or 'pace', got {self.progress_reward!r}")
         if not (isinstance(self.max_turns, int) and self.max_turns >= 1):
             raise ValueError(f"max_turns must be an int >= 1, got {self.max_turns!r}")
         if not self.code_time_limit_s > 0:
@@ -433,14 +442,18 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
         start_distance = self.distance(self.board.start)
         return _clip((start_distance - self.distance(state.position)) / start_distance)
 
-    def move_reward(self, before: P, simulation: Simulation[P]) -> float:
-        """The local reward of an action list that was read, simulated from `before` (module docstring table)."""
+    def move_reward(self, before: P, simulation: Simulation[P], turns_left: int) -> float:
+        """The local reward of an action list that was read, simulated from `before` with `turns_left` turns to go
+        (this one included), as in the module docstring's table."""
         distance_before = self.distance(before)
         if simulation.solved:
             return 0.5 + 0.5 * min(1.0, distance_before / simulation.applied)
         if simulation.deadlocked:
             return DEADLOCK_MOVE_REWARD
-        progress = 0.5 * _clip((distance_before - self.distance(simulation.end)) / distance_before)
+        needed = distance_before
+        if self.config.progress_reward == "pace":
+            needed = math.ceil(distance_before / turns_left)
+        progress = 0.5 * _clip((distance_before - self.distance(simulation.end)) / needed)
         return progress - (ILLEGAL_MOVE_PENALTY if simulation.illegal else 0.0)
 
     def _tool_step(self, text: str) -> StepResult:
@@ -455,7 +468,7 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
             f"Board after the proposed moves:\n{self.render(simulation.end)}"
         )
         self._state = replace(state, proposal=proposal)
-        local = self.move_reward(state.position, simulation)
+        local = self.move_reward(state.position, simulation, self.config.max_turns - state.turn)
         return StepResult(self.team_reward(), local, False, valid=simulation.illegal is None, info=_info(simulation))
 
     def _tool_actions(self, text: str) -> tuple[tuple[str, ...] | None, str]:
@@ -505,7 +518,7 @@ class GridPuzzleEnv(MultiAgentEnv, Generic[C, BoardT, P]):
             last_commit=f"The plan agent moved: {simulation.summary()}.",
             outcome=outcome,
         )
-        local = self.move_reward(state.position, simulation)
+        local = self.move_reward(state.position, simulation, self.config.max_turns - state.turn)
         return StepResult(
             self.team_reward(), local, self.done, valid=simulation.illegal is None, info=_info(simulation)
         )

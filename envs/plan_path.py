@@ -31,6 +31,7 @@ from .grid import (
     GridConfig,
     GridPuzzleEnv,
     IllegalMove,
+    ProgressReward,
     ToolMode,
     bfs_distances,
     draw_board,
@@ -152,6 +153,7 @@ class PlanPathEnv(GridPuzzleEnv[PlanPathConfig, PlanPathBoard, Cell]):
         code_time_limit_s: float = 5.0,
         single_agent: bool = False,
         brief_prompts: bool = False,
+        progress_reward: ProgressReward = "fraction",
     ) -> None:
         super().__init__(
             PlanPathConfig(
@@ -160,6 +162,7 @@ class PlanPathEnv(GridPuzzleEnv[PlanPathConfig, PlanPathBoard, Cell]):
                 code_time_limit_s=code_time_limit_s,
                 single_agent=single_agent,
                 brief_prompts=brief_prompts,
+                progress_reward=progress_reward,
                 size=size,
                 wall_ratio=wall_ratio,
             )

@@ -44,6 +44,7 @@ from .grid import (
     GridConfig,
     GridPuzzleEnv,
     IllegalMove,
+    ProgressReward,
     ToolMode,
     bfs_distances,
     draw_board,
@@ -247,6 +248,7 @@ class SokobanEnv(GridPuzzleEnv[SokobanConfig, SokobanBoard, SokobanPosition]):
         code_time_limit_s: float = 5.0,
         single_agent: bool = False,
         brief_prompts: bool = False,
+        progress_reward: ProgressReward = "fraction",
     ) -> None:
         super().__init__(
             SokobanConfig(
@@ -255,6 +257,7 @@ class SokobanEnv(GridPuzzleEnv[SokobanConfig, SokobanBoard, SokobanPosition]):
                 code_time_limit_s=code_time_limit_s,
                 single_agent=single_agent,
                 brief_prompts=brief_prompts,
+                progress_reward=progress_reward,
                 size=size,
                 boxes=boxes,
                 wall_ratio=wall_ratio,

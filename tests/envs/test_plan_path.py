@@ -17,8 +17,8 @@ A.#
 """
 
 
-def small_env(tool_mode: str = "compact", max_turns: int = 5) -> PlanPathEnv:
-    env = PlanPathEnv(tool_mode=tool_mode, max_turns=max_turns)
+def small_env(tool_mode: str = "compact", max_turns: int = 5, **options: object) -> PlanPathEnv:
+    env = PlanPathEnv(tool_mode=tool_mode, max_turns=max_turns, **options)
     env.load(PlanPathBoard.from_text(SMALL))
     return env
 
@@ -66,6 +66,40 @@ def test_tool_local_reward_hand_computed(text: str, local: float, valid: bool) -
     assert result.valid is valid
     assert result.team_reward == 0.0  # a proposal commits nothing
     assert not result.done and env.state.position == (0, 0) and env.state.turn == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "local"),
+    [
+        ("Actions: D", 0.5 * 1 / 2),  # 3 turns left, d = 4: the pace is ceil(4 / 3) = 2 moves a turn
+        ("Actions: D D", 0.5),  # keeps the pace
+        ("Actions: D D R", 0.5),  # ahead of the pace: clipped
+        ("Actions: R", 0.5 * -1 / 2),  # moved away
+        ("Actions: R D", 0.5 * -1 / 2 - 0.25),  # stops at the wall after R
+        ("Actions: D D R R", 1.0),  # solving is rated as without pace
+    ],
+)
+def test_pace_rates_progress_against_the_moves_needed_per_remaining_turn(text: str, local: float) -> None:
+    env = small_env(max_turns=3, progress_reward="pace")
+    assert env.step("tool", text).local_reward == pytest.approx(local)
+
+
+def test_pace_tightens_as_turns_run_out() -> None:
+    env = small_env(max_turns=3, progress_reward="pace")
+    rewards = [env.step("plan", "Actions: D").local_reward]  # d 4 -> 3, 3 turns left: pace 2
+    rewards.append(env.step("plan", "Actions: D").local_reward)  # d 3 -> 2, 2 turns left: pace 2
+    env_last = small_env(max_turns=3, progress_reward="pace")
+    env_last.step("plan", "no move")
+    env_last.step("plan", "Actions: D D")  # d 4 -> 2 with 2 turns left: pace 2
+    rewards.append(env_last.step("plan", "Actions: R").local_reward)  # d 2 -> 1, last turn: pace 2
+    assert rewards == pytest.approx([0.25, 0.25, 0.25])
+    fraction = small_env(max_turns=3)
+    assert fraction.step("plan", "Actions: D").local_reward == pytest.approx(0.5 * 1 / 4)
+
+
+def test_progress_reward_must_be_known() -> None:
+    with pytest.raises(ValueError, match="progress_reward must be 'fraction' or 'pace'"):
+        PlanPathEnv(progress_reward="speed")
 
 
 def test_plan_commits_moves_and_rewards() -> None:

@@ -34,8 +34,8 @@ ONE_PUSH = """
 """
 
 
-def room_env(text: str = ROOM, tool_mode: str = "compact", max_turns: int = 5) -> SokobanEnv:
-    env = SokobanEnv(tool_mode=tool_mode, max_turns=max_turns)
+def room_env(text: str = ROOM, tool_mode: str = "compact", max_turns: int = 5, **options: object) -> SokobanEnv:
+    env = SokobanEnv(tool_mode=tool_mode, max_turns=max_turns, **options)
     env.load(SokobanBoard.from_text(text))
     return env
 
@@ -115,6 +115,14 @@ def test_plan_rewards_hand_computed() -> None:
     second = env.step("plan", "Actions: L D R")
     assert second.done and env.success()
     assert second.team_reward == 1.0 and second.local_reward == pytest.approx(1.0)
+
+
+def test_pace_progress_reward_with_the_turns_left() -> None:
+    env = room_env(max_turns=2, progress_reward="pace")
+    first = env.step("plan", "Actions: R D")  # d 5 -> 3 with 2 turns left: the pace is ceil(5 / 2) = 3
+    assert first.team_reward == pytest.approx(2 / 5) and first.local_reward == pytest.approx(0.5 * 2 / 3)
+    deadlock = room_env(max_turns=2, progress_reward="pace").step("plan", "Actions: D D R U")
+    assert deadlock.local_reward == -0.5  # deadlocks are rated as without pace
 
 
 def test_deadlock_ends_the_episode_as_failure() -> None:

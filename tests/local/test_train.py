@@ -15,6 +15,7 @@ from verl_mas.local.train import (
     collect_expert_pairs,
     make_tasks,
     sample_advantages,
+    warm_start_lr,
 )
 from verl_mas.sample import Sample
 
@@ -111,3 +112,19 @@ def test_warm_start_states_come_from_mixed_play_but_labels_are_the_experts():
 def test_warm_start_play_skill_is_a_probability():
     with pytest.raises(ValueError, match="play_skill must be in"):
         WarmStartConfig(play_skill=1.5)
+
+
+def test_warm_start_lr_follows_a_half_cosine_to_zero():
+    config = WarmStartConfig(lr=2e-3, lr_schedule="cosine")
+    # 0.5 * (1 + cos(pi * i / 8)) at i = 0, 2, 4, 6: 1, (2 + sqrt 2) / 4, 1/2, (2 - sqrt 2) / 4
+    expected = [2e-3, 2e-3 * (2 + 2**0.5) / 4, 1e-3, 2e-3 * (2 - 2**0.5) / 4]
+    assert [warm_start_lr(config, i, 8) for i in (0, 2, 4, 6)] == pytest.approx(expected)
+    lrs = [warm_start_lr(config, i, 8) for i in range(8)]
+    assert all(a > b > 0 for a, b in zip(lrs, lrs[1:]))
+    constant = WarmStartConfig(lr=2e-3, lr_schedule="constant")
+    assert {warm_start_lr(constant, i, 8) for i in range(8)} == {2e-3}
+
+
+def test_warm_start_lr_schedule_must_be_known():
+    with pytest.raises(ValueError, match="lr_schedule must be one of"):
+        WarmStartConfig(lr_schedule="linear")

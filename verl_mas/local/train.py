@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import random
 import time
 from collections import defaultdict
@@ -52,6 +53,7 @@ LORA_BASE_MODEL = "base"  # the checkpoint name of the one model that carries ev
 RESUME_FREE_KEYS = ("steps", "resume", "progress", "tensorboard", "eval_every", "checkpoint_every", "output_dir")
 ExpertPair = tuple[str, tuple[Message, ...], str]  # (policy, prompt messages, expert move)
 Policies = tuple[dict[str, torch.nn.Module], dict[str, PolicyTrainer], dict[str, PolicyModel]]
+WARM_START_SCHEDULES = ("cosine", "constant")
 WARM_START_FIRST_INDEX = 10**6  # expert episodes use train boards far past those the RL steps reach
 
 
@@ -72,9 +74,12 @@ class WarmStartConfig:
     """Supervised warm start on the environment's expert moves (tiny models start from random weights)."""
 
     tasks: int = 1024
-    epochs: int = 6
+    epochs: int = 12
     lr: float = 3e-3
     batch_size: int = 32
+    # "cosine" decays the lr to zero over all warm-start batches; "constant" keeps it. Decay lets the last epochs
+    # settle instead of bouncing around the minimum at the full lr.
+    lr_schedule: str = "cosine"
     # Probability that the move played along a warm-start episode is the expert's (else a corrupted copy); the
     # label is always the expert's move. Below 1, the data also holds later turns and wrong proposals to fix.
     play_skill: float = 0.5
@@ -82,6 +87,8 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.play_skill <= 1.0:
             raise ValueError(f"warm_start.play_skill must be in [0, 1], got {self.play_skill}")
+        if self.lr_schedule not in WARM_START_SCHEDULES:
+            raise ValueError(f"warm_start.lr_schedule must be one of {WARM_START_SCHEDULES}, got {self.lr_schedule!r}")
 
 
 @dataclass(frozen=True)
@@ -217,6 +224,8 @@ def warm_start(
         response = tokenizer.encode(move, add_special_tokens=False) + [tokenizer.eos_token_id]
         examples.append((prompt, response))
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=0.0)
+    total_batches = config.epochs * math.ceil(len(examples) / config.batch_size)
+    batch_index = 0
     order_rng = random.Random(seed)
     model.train()
     last_losses: list[float] = []
@@ -226,6 +235,9 @@ def warm_start(
         for start in range(0, len(examples), config.batch_size):
             batch = examples[start : start + config.batch_size]
             input_ids, attention_mask, labels = _pack_sft(batch, tokenizer.pad_token_id)
+            for group in optimizer.param_groups:
+                group["lr"] = warm_start_lr(config, batch_index, total_batches)
+            batch_index += 1
             loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -233,6 +245,13 @@ def warm_start(
             optimizer.step()
             last_losses.append(loss.item())
     return float(np.mean(last_losses)) if last_losses else 0.0
+
+
+def warm_start_lr(config: WarmStartConfig, batch_index: int, total_batches: int) -> float:
+    """The warm start's lr for one batch: constant, or a half cosine from `config.lr` (batch 0) towards zero."""
+    if config.lr_schedule == "constant":
+        return config.lr
+    return config.lr * 0.5 * (1.0 + math.cos(math.pi * batch_index / total_batches))
 
 
 def expert_moves_cut(tokenizer, pairs: list[ExpertPair], max_new_tokens: int) -> tuple[int, int]:
