@@ -123,7 +123,7 @@ class LocalTrainConfig:
     alpha: float = 1.0
     grouping: Grouping = "task_role_turn"
     tasks_per_step: int = 16
-    steps: int = 200
+    steps: int = 150
     eval_tasks: int = 128
     eval_every: int = 25
     # > 0: also evaluate the sampling policy itself (what RL trains): this many episodes per task at
