@@ -22,17 +22,17 @@ Rewards. d(s) = optimal number of moves from position s to a solution (BFS); d0 
 was read is simulated from the position s before it, stopping at an illegal move, the solution or a deadlock,
 after n applied moves, ending at s'. clip(x) clips x to [-1, 1].
 
-| reward | situation                                                    | value                                  |
-|--------|--------------------------------------------------------------|----------------------------------------|
-| team   | solved                                                       | 1.0                                    |
-| team   | deadlocked (Sokoban: no solution from here)                  | -1.0                                   |
-| team   | otherwise (also after a tool move, which changes nothing)    | clip((d0 - d(s)) / d0)                 |
-| local  | unparsable text; code mode: no code block, program failed    | -0.5                                   |
-| local  | moves reach the solution                                     | 0.5 + 0.5 * d(s) / n  (1.0 if optimal) |
-| local  | moves end in a deadlock                                      | -0.5                                   |
-| local  | otherwise                                                    | 0.5 * clip((d(s) - d(s')) / d(s))      |
+| reward | situation                                                    | value                                       |
+|--------|--------------------------------------------------------------|---------------------------------------------|
+| team   | solved                                                       | 1.0                                         |
+| team   | deadlocked (Sokoban: no solution from here)                  | -1.0                                        |
+| team   | otherwise (also after a tool move, which changes nothing)    | clip((d0 - d(s)) / d0)                      |
+| local  | unparsable text; code mode: no code block, program failed    | -0.5                                        |
+| local  | moves reach the solution                                     | 0.5 + 0.5 * d(s) / n  (1.0 if optimal)      |
+| local  | moves end in a deadlock                                      | -0.5                                        |
+| local  | otherwise                                                    | 0.5 * clip((d(s) - d(s')) / d(s))           |
 | local  | ... with progress_reward="pace", t turns left (this one too) | 0.5 * clip((d(s) - d(s')) / ceil(d(s) / t)) |
-| local  | ... and the list stopped at an illegal move (also invalid)   | minus 0.25                             |
+| local  | ... and the list stopped at an illegal move (also invalid)   | minus 0.25                                  |
 
 `progress_reward="pace"` rates progress against the moves still needed per remaining turn instead of against the
 whole distance, so a list that keeps the pace to finish in time earns the full 0.5; by default one safe move
