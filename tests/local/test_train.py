@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -120,7 +121,7 @@ def test_warm_start_lr_follows_a_half_cosine_to_zero():
     expected = [2e-3, 2e-3 * (2 + 2**0.5) / 4, 1e-3, 2e-3 * (2 - 2**0.5) / 4]
     assert [warm_start_lr(config, i, 8) for i in (0, 2, 4, 6)] == pytest.approx(expected)
     lrs = [warm_start_lr(config, i, 8) for i in range(8)]
-    assert all(a > b > 0 for a, b in zip(lrs, lrs[1:]))
+    assert all(a > b > 0 for a, b in itertools.pairwise(lrs))
     constant = WarmStartConfig(lr=2e-3, lr_schedule="constant")
     assert {warm_start_lr(constant, i, 8) for i in range(8)} == {2e-3}
 
