@@ -53,7 +53,8 @@ LORA_BASE_MODEL = "base"  # the checkpoint name of the one model that carries ev
 RESUME_FREE_KEYS = ("steps", "resume", "progress", "tensorboard", "eval_every", "checkpoint_every", "output_dir")
 ExpertPair = tuple[str, tuple[Message, ...], str]  # (policy, prompt messages, expert move)
 Policies = tuple[dict[str, torch.nn.Module], dict[str, PolicyTrainer], dict[str, PolicyModel]]
-WARM_START_SCHEDULES = ("cosine", "constant")
+WarmStartSchedule = Literal["cosine", "constant"]
+WARM_START_SCHEDULES: tuple[str, ...] = ("cosine", "constant")
 WARM_START_FIRST_INDEX = 10**6  # expert episodes use train boards far past those the RL steps reach
 
 
@@ -79,7 +80,7 @@ class WarmStartConfig:
     batch_size: int = 32
     # "cosine" decays the lr to zero over all warm-start batches; "constant" keeps it. Decay lets the last epochs
     # settle instead of bouncing around the minimum at the full lr.
-    lr_schedule: str = "cosine"
+    lr_schedule: WarmStartSchedule = "cosine"
     # Probability that the move played along a warm-start episode is the expert's (else a corrupted copy); the
     # label is always the expert's move. Below 1, the data also holds later turns and wrong proposals to fix.
     play_skill: float = 0.5
