@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -11,7 +11,7 @@ import torch
 ESTIMATOR_NAME = "at_grpo"
 # How samples are grouped for the advantage: AT-GRPO's (task, role, turn), or plain GRPO's task (the ablation).
 Grouping = Literal["task_role_turn", "task"]
-GROUPINGS: tuple[str, ...] = ("task_role_turn", "task")
+GROUPINGS: tuple[str, ...] = get_args(Grouping)
 
 
 def compute_at_grpo_advantage(

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -54,7 +54,7 @@ RESUME_FREE_KEYS = ("steps", "resume", "progress", "tensorboard", "eval_every", 
 ExpertPair = tuple[str, tuple[Message, ...], str]  # (policy, prompt messages, expert move)
 Policies = tuple[dict[str, torch.nn.Module], dict[str, PolicyTrainer], dict[str, PolicyModel]]
 WarmStartSchedule = Literal["cosine", "constant"]
-WARM_START_SCHEDULES: tuple[str, ...] = ("cosine", "constant")
+WARM_START_SCHEDULES: tuple[str, ...] = get_args(WarmStartSchedule)
 WARM_START_FIRST_INDEX = 10**6  # expert episodes use train boards far past those the RL steps reach
 
 
