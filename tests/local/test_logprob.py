@@ -111,3 +111,65 @@ def test_gradients_flow_for_training(model):
     logprobs.sum().backward()
     assert model.lm_head.weight.grad is not None and model.lm_head.weight.grad.abs().sum() > 0
     model.zero_grad(set_to_none=True)
+
+
+# Rows sharing prompts as a tree node's K branches do: three prompts of different lengths, responses of lengths 1-4
+# (a length-1 response is predicted by the prompt pass alone), and one prompt that is a prefix of another.
+SHARED_PROMPT_ROWS = [
+    ([5, 9, 30, 41], [77, 12, 3]),
+    ([5, 9, 30, 41], [8]),
+    ([5, 9, 30, 41], [60, 61, 62, 63]),
+    ([7, 7], [11, 12]),
+    ([5, 9, 30], [41, 77]),
+    ([7, 7], [11, 12]),
+]
+
+
+def padded_rows(rows):
+    samples = [Sample("t", "r", 0, b, "p", p, r, None, 0.0, 0.0, 0.0, False) for b, (p, r) in enumerate(rows)]
+    return samples_to_tensors(samples, pad_token_id=0)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_shared_prompts_give_the_per_row_logprobs_and_gradients(model, temperature):
+    tensors = padded_rows(SHARED_PROMPT_ROWS)
+    response_length = tensors.responses.shape[1]
+    weights = torch.linspace(-1.0, 2.0, tensors.response_mask.numel()).reshape(tensors.response_mask.shape)
+    results = {}
+    for share in (False, True):
+        model.zero_grad(set_to_none=True)
+        logprobs = response_logprobs(
+            model, tensors.input_ids, tensors.attention_mask, response_length, temperature, share_prompts=share
+        )
+        (logprobs * weights).sum().backward()
+        results[share] = (logprobs.detach(), [p.grad.clone() for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    torch.testing.assert_close(results[True][0], results[False][0], atol=1e-5, rtol=0)
+    assert (results[True][0][tensors.response_mask == 0] == 0).all()
+    for shared_grad, per_row_grad in zip(results[True][1], results[False][1], strict=True):
+        torch.testing.assert_close(shared_grad, per_row_grad, atol=1e-5, rtol=1e-4)
+
+
+def forward_shapes(model, tensors):
+    """The input_ids shape of every forward call that scoring `tensors` makes."""
+    shapes = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        with torch.no_grad():
+            response_logprobs(model, tensors.input_ids, tensors.attention_mask, tensors.responses.shape[1], 1.0)
+    finally:
+        hook.remove()
+    return shapes
+
+
+def test_shared_prompts_run_each_distinct_prompt_once(model):
+    tensors = padded_rows(SHARED_PROMPT_ROWS)
+    # 3 distinct prompts at full prompt width, then the 6 rows' responses less the last token (4 - 1 columns).
+    assert forward_shapes(model, tensors) == [(3, tensors.prompts.shape[1]), (6, 3)]
+
+
+def test_rows_that_share_nothing_take_one_pass(model):
+    tensors = padded_rows([SHARED_PROMPT_ROWS[0], SHARED_PROMPT_ROWS[3]])
+    assert forward_shapes(model, tensors) == [tuple(tensors.input_ids.shape)]

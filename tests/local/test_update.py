@@ -236,3 +236,24 @@ def test_lora_trainer_changes_only_its_own_adapter() -> None:
     tester_trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]))
     changed_by_tester = {name for name, p in model.named_parameters() if not torch.equal(p, after[name])}
     assert changed_by_tester and all(".tester." in name for name in changed_by_tester)
+
+
+# A tree node's branches: the same prompt with different responses, next to a prompt of its own.
+BRANCH_ROWS = [([1, 2, 3], [4, 5]), ([1, 2, 3], [6]), ([1, 2, 3], [7, 8, 9]), ([3, 3, 3, 3], [11])]
+
+
+@pytest.mark.parametrize("with_lora", [False, True])
+def test_shared_prompts_leave_the_update_unchanged(with_lora: bool) -> None:
+    model = lora_two_adapters() if with_lora else tiny_model()
+    adapter = "coder" if with_lora else None
+    tensors = batch(BRANCH_ROWS)
+    advantages = spread(tensors, [1.0, -0.5, 0.25, -1.0])
+    results = {}
+    for share in (False, True):
+        trainer = PolicyTrainer(copy.deepcopy(model), UpdateConfig(lr=1e-2, share_prompts=share), adapter)
+        for _ in range(2):  # the second step moves lora_A too (lora_B starts at zero)
+            metrics, grads = step_gradients(trainer, tensors, advantages)
+        results[share] = (metrics, grads, [p.detach() for p in trainer.parameters])
+    assert results[True][0]["pg_loss"] == pytest.approx(results[False][0]["pg_loss"], abs=1e-6)
+    for shared, per_row in zip(results[True][1] + results[True][2], results[False][1] + results[False][2], strict=True):
+        torch.testing.assert_close(shared, per_row, atol=1e-5, rtol=1e-4)

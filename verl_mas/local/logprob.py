@@ -30,14 +30,33 @@ def response_logprobs(
     attention_mask: torch.Tensor,
     response_length: int,
     temperature: float,
+    share_prompts: bool = True,
 ) -> torch.Tensor:
     """[N, R] log-probs of the last `response_length` tokens of each row, 0 where the mask is 0.
 
     The layout is verl's (`VerlBatchTensors.input_ids` / `attention_mask`: left-padded prompts followed by
-    right-padded responses); one forward pass, logits kept only where a response token is predicted.
+    right-padded responses). With `share_prompts`, rows with the same prompt (ids and mask), such as the K branches
+    of one tree node, run that prompt once and reuse its keys and values; the values and gradients are those of
+    one forward pass per row, at a fraction of the cost when prompts are long and responses short.
     """
     if response_length < 1:
         raise ValueError(f"response_length must be >= 1, got {response_length}")
+    prompt_length = input_ids.shape[1] - response_length
+    responses = input_ids[:, -response_length:]
+    if share_prompts and prompt_length > 0:
+        prompt_key = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], dim=1)
+        unique_prompts, row_prompt = torch.unique(prompt_key, dim=0, return_inverse=True)
+        if unique_prompts.shape[0] < input_ids.shape[0]:
+            logits = _shared_prompt_logits(
+                model,
+                unique_prompts[:, :prompt_length],
+                unique_prompts[:, prompt_length:],
+                row_prompt,
+                input_ids,
+                attention_mask,
+                response_length,
+            )
+            return _token_logprobs(logits, responses, attention_mask[:, -response_length:], temperature)
     outputs = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -47,9 +66,49 @@ def response_logprobs(
     )
     # The logit at position t predicts token t + 1: drop the last one, which predicts past the end.
     logits = outputs.logits[:, :-1, :]
-    responses = input_ids[:, -response_length:]
+    return _token_logprobs(logits, responses, attention_mask[:, -response_length:], temperature)
+
+
+def _shared_prompt_logits(
+    model: PreTrainedModel,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    row_prompt: torch.Tensor,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_length: int,
+) -> torch.Tensor:
+    """[N, R, V] logits predicting each row's response tokens: one pass over the U distinct prompts, their cache
+    gathered to the N rows (`row_prompt[i]` is row i's prompt), then one pass over the responses on top of it."""
+    prompt_out = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        position_ids=position_ids_from_mask(prompt_mask),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    first_token_logits = prompt_out.logits[row_prompt]  # [N, 1, V]: the last prompt position predicts token 0
+    if response_length == 1:
+        return first_token_logits
+    cache = prompt_out.past_key_values
+    cache.batch_select_indices(row_prompt)  # indexing keeps the graph: gradients flow back to the shared prompt
+    # The last response token predicts past the end, so it is not fed; positions continue each row's prompt.
+    fed = input_ids.shape[1] - 1
+    response_out = model(
+        input_ids=input_ids[:, -response_length:-1],
+        attention_mask=attention_mask[:, :fed],
+        position_ids=position_ids_from_mask(attention_mask[:, :fed])[:, -(response_length - 1) :],
+        past_key_values=cache,
+        use_cache=True,
+    )
+    return torch.cat([first_token_logits, response_out.logits], dim=1)
+
+
+def _token_logprobs(
+    logits: torch.Tensor, responses: torch.Tensor, response_mask: torch.Tensor, temperature: float
+) -> torch.Tensor:
     token_logprobs = scaled_log_softmax(logits, temperature).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-    return token_logprobs * attention_mask[:, -response_length:].to(token_logprobs.dtype)
+    return token_logprobs * response_mask.to(token_logprobs.dtype)
 
 
 def sequence_logprobs(

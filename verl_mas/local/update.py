@@ -37,6 +37,9 @@ class UpdateConfig:
     kl_type: str = "low_var_kl"
     temperature: float = 1.0  # the sampler's temperature: log-probs are of softmax(logits / temperature)
     shuffle_seed: int = 0
+    # Rows with the same prompt (a tree node's K branches) run it once and share its keys and values (same values
+    # and gradients). False: one full pass per row, for a model whose cache cannot be gathered along the batch.
+    share_prompts: bool = True
 
     def __post_init__(self) -> None:
         if self.ppo_epochs < 1:
@@ -219,7 +222,12 @@ class PolicyTrainer:
 
     def _forward(self, batch: _RowBatch) -> torch.Tensor:
         return response_logprobs(
-            self.model, batch.input_ids, batch.attention_mask, batch.response_length, self.config.temperature
+            self.model,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.response_length,
+            self.config.temperature,
+            share_prompts=self.config.share_prompts,
         )
 
     def _device(self) -> torch.device:
