@@ -12,7 +12,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import LlamaForCausalLM
 
 from verl_mas.local.model import build_tiny_model
-from verl_mas.local.update import PolicyTrainer, UpdateConfig
+from verl_mas.local.update import PolicyTrainer, UpdateConfig, prompt_groups
 from verl_mas.sample import Sample, VerlBatchTensors, samples_to_tensors
 
 PAD = 0
@@ -257,3 +257,28 @@ def test_shared_prompts_leave_the_update_unchanged(with_lora: bool) -> None:
     assert results[True][0]["pg_loss"] == pytest.approx(results[False][0]["pg_loss"], abs=1e-6)
     for shared, per_row in zip(results[True][1] + results[True][2], results[False][1] + results[False][2], strict=True):
         torch.testing.assert_close(shared, per_row, atol=1e-5, rtol=1e-4)
+
+
+def test_prompt_groups_by_hand() -> None:
+    groups = prompt_groups(batch(BRANCH_ROWS + [([1, 2, 3], [5])]))
+    assert [g.tolist() for g in groups] == [[0, 1, 2, 4], [3]]
+    # Distinct prompts: one group each, in row order.
+    assert [g.tolist() for g in prompt_groups(batch(ROWS))] == [[0], [1], [2]]
+
+
+def test_mini_batches_hold_whole_prompt_groups(monkeypatch) -> None:
+    rows = [([1, 2], [3]), ([4], [5]), ([1, 2], [6]), ([7, 8, 9], [3]), ([4], [9]), ([7, 8, 9], [4])]
+    tensors = batch(rows)
+    seen: list[list[int]] = []
+    original = PolicyTrainer._update_mini_batch
+    monkeypatch.setattr(
+        PolicyTrainer,
+        "_update_mini_batch",
+        lambda self, t, columns, mini_rows, tally: (
+            seen.append(sorted(mini_rows.tolist())) or original(self, t, columns, mini_rows, tally)
+        ),
+    )
+    trainer = PolicyTrainer(tiny_model(), UpdateConfig(mini_batch_size=2, ppo_epochs=3))
+    trainer.step(tensors, spread(tensors, [1.0, -1.0, -1.0, 0.5, 1.0, -0.5]))
+    assert len(seen) == 9 and all(mini in ([0, 2], [1, 4], [3, 5]) for mini in seen)
+    assert len({tuple(map(tuple, seen[i : i + 3])) for i in (0, 3, 6)}) > 1  # the group order is shuffled per epoch

@@ -120,6 +120,10 @@ class PolicyTrainer:
     ) -> dict[str, float]:
         """One policy update on this policy's samples: `ppo_epochs` passes over shuffled mini-batches.
 
+        The shuffle moves whole prompt groups (rows with the same prompt: a tree node's K branches), so a group's
+        rows stay together in one mini-batch (or two, at a boundary): they keep sharing their prompt's forward
+        pass, and each mini-batch carries whole groups, whose advantages balance each other.
+
         Args:
             tensors: the samples; `old_log_probs` None means "recompute them now, before any update" (on-policy).
             advantages: [N, R], zero outside the response mask.
@@ -143,8 +147,9 @@ class PolicyTrainer:
             columns["ref_logprobs"] = ref_logprobs
         mini = self.config.mini_batch_size or n
         tally = _MetricTally()
+        groups = prompt_groups(tensors)
         for _ in range(self.config.ppo_epochs):
-            order = torch.randperm(n, generator=self.generator)
+            order = torch.cat([groups[g] for g in torch.randperm(len(groups), generator=self.generator).tolist()])
             for start in range(0, n, mini):
                 self._update_mini_batch(tensors, columns, order[start : start + mini], tally)
         return tally.summary(lr=self.optimizer.param_groups[0]["lr"], optimizer_steps=self.optimizer_steps)
@@ -245,6 +250,17 @@ class PolicyTrainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         self.optimizer_steps = int(state["optimizer_steps"])
+
+
+def prompt_groups(tensors: VerlBatchTensors) -> list[torch.Tensor]:
+    """Row indices per distinct prompt (ids and mask), each group in row order, groups by first row."""
+    prompt_length = tensors.prompts.shape[1]
+    key = torch.cat([tensors.prompts, tensors.attention_mask[:, :prompt_length]], dim=1)
+    _, group_of_row = torch.unique(key, dim=0, return_inverse=True)
+    rows_by_group: dict[int, list[int]] = {}
+    for row, group in enumerate(group_of_row.tolist()):
+        rows_by_group.setdefault(group, []).append(row)
+    return [torch.tensor(rows) for rows in rows_by_group.values()]
 
 
 @dataclass
