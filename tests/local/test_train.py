@@ -15,7 +15,9 @@ from verl_mas.local.train import (
     WarmStartConfig,
     collect_expert_pairs,
     make_tasks,
+    render_prompt,
     sample_advantages,
+    warm_start,
     warm_start_lr,
 )
 from verl_mas.sample import Sample
@@ -108,6 +110,36 @@ def test_warm_start_states_come_from_mixed_play_but_labels_are_the_experts():
     assert len(never_expert) == 3 * 3 * 2
     assert {m[-1]["content"].split(".")[0] for _, m, _ in never_expert} == {"Turn 1 of 3", "Turn 2 of 3", "Turn 3 of 3"}
     assert all(move.startswith("Actions: ") and len(move.split()) > 1 for _, _, move in never_expert)
+
+
+def test_warm_start_loss_is_the_mean_cross_entropy_of_the_expert_tokens():
+    from verl_mas.local.model import build_tiny_model
+    from verl_mas.local.tokenizer import train_tokenizer
+    from verl_mas.router import PolicyRouter
+
+    options = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3}
+    router = PolicyRouter.from_spec("shared", ("tool", "plan"))
+    pairs = collect_expert_pairs(LocalTrainConfig(env_options=options, warm_start=WarmStartConfig(tasks=3)), router)
+    tokenizer = train_tokenizer([m["content"] for _, ms, _ in pairs for m in ms] + [mv for *_, mv in pairs], 300)
+    model = build_tiny_model(len(tokenizer), hidden=32, layers=1, heads=4, seed=3)
+    examples = [(messages, move) for _, messages, move in pairs]
+    # The reference: transformers' own label loss on right-padded prompt + response rows, prompts masked out.
+    rows = [render_prompt(tokenizer, m) + tokenizer.encode(mv, add_special_tokens=False) for m, mv in examples]
+    rows = [(row, len(render_prompt(tokenizer, m))) for row, (m, _) in zip(rows, examples, strict=True)]
+    width = max(len(row) + 1 for row, _ in rows)
+    input_ids = torch.zeros((len(rows), width), dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    labels = torch.full_like(input_ids, -100)
+    for i, (row, prompt_length) in enumerate(rows):
+        sequence = torch.tensor([*row, tokenizer.eos_token_id])
+        input_ids[i, : len(sequence)] = sequence
+        attention_mask[i, : len(sequence)] = 1
+        labels[i, prompt_length : len(sequence)] = sequence[prompt_length:]
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+    # lr 0 and one batch holding every example: the returned loss is the untouched model's loss.
+    config = WarmStartConfig(epochs=1, lr=0.0, lr_schedule="constant", batch_size=len(examples))
+    assert warm_start(model, tokenizer, examples, config, seed=0) == pytest.approx(expected.item(), rel=1e-5)
 
 
 def test_warm_start_play_skill_is_a_probability():

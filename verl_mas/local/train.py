@@ -23,6 +23,7 @@ from verl_mas.dataset import split_tasks
 from verl_mas.env import Message, Task, make_env
 from verl_mas.local.checkpoint import is_checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from verl_mas.local.generator import BatchingGenerator, PolicyModel, SamplingConfig
+from verl_mas.local.logprob import sequence_logprobs
 from verl_mas.local.model import build_tiny_model, load_model
 from verl_mas.local.reporting import MetricsSink
 from verl_mas.local.tokenizer import load_tokenizer, train_tokenizer
@@ -234,12 +235,12 @@ def warm_start(
         order_rng.shuffle(examples)
         last_losses = []
         for start in range(0, len(examples), config.batch_size):
-            batch = examples[start : start + config.batch_size]
-            input_ids, attention_mask, labels = _pack_sft(batch, tokenizer.pad_token_id)
+            prompts, responses = zip(*examples[start : start + config.batch_size], strict=True)
             for group in optimizer.param_groups:
                 group["lr"] = warm_start_lr(config, batch_index, total_batches)
             batch_index += 1
-            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+            # Mean cross-entropy over the response tokens; logits are computed at response positions only.
+            loss = -torch.cat(sequence_logprobs(model, prompts, responses, 1.0, tokenizer.pad_token_id)).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -259,19 +260,6 @@ def expert_moves_cut(tokenizer, pairs: list[ExpertPair], max_new_tokens: int) ->
     """How many expert moves (with eos) exceed `max_new_tokens`, and the longest one's length in tokens."""
     lengths = [len(tokenizer.encode(move, add_special_tokens=False)) + 1 for _, _, move in pairs]
     return sum(length > max_new_tokens for length in lengths), max(lengths, default=0)
-
-
-def _pack_sft(batch: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = max(len(p) + len(r) for p, r in batch)
-    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    labels = torch.full_like(input_ids, -100)
-    for i, (prompt, response) in enumerate(batch):
-        sequence = prompt + response
-        input_ids[i, : len(sequence)] = torch.tensor(sequence)
-        attention_mask[i, : len(sequence)] = 1
-        labels[i, len(prompt) : len(sequence)] = torch.tensor(response)
-    return input_ids, attention_mask, labels
 
 
 def sample_advantages(samples: list[Sample], grouping: Grouping) -> torch.Tensor:
