@@ -1,4 +1,4 @@
-"""Benchmark: one warm-start epoch, scoring response positions only, against transformers' label loss on every position."""
+"""Benchmark: one warm-start epoch scoring response positions only, against the label loss on every position."""
 
 from __future__ import annotations
 
