@@ -30,6 +30,7 @@ from verl_mas.overrides import parse_overrides
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "docs" / "results" / "learning"
 RESULTS_FILE = "learning.json"
+WARM_START_KEY_FILE = "warm_start_key.json"
 # Small boards and compact tool mode (the tool agent proposes moves instead of writing programs); the grid envs also
 # drop the rules' prose from their prompts, which tiny models learn from the warm start anyway.
 ENV_OPTIONS: dict[str, dict[str, Any]] = {
@@ -89,6 +90,7 @@ class WarmStart:
     path: str
     wall_s: float = 0.0
     error: str = ""
+    reused: bool = False  # loaded from an earlier invocation's folder (same key): not trained here
 
 
 @dataclass
@@ -121,27 +123,48 @@ def env_config(env: str, presets: list[str], overrides: Mapping[str, Any], steps
     return config if steps is None else apply_train_overrides(config, {"steps": steps})
 
 
-def save_warm_start(config: LocalTrainConfig, single_agent: bool, folder: Path, log: Callable[[str], None]) -> None:
-    """Warm-start one whole model on every role's expert moves and save it with its tokenizer to `folder`."""
+def warm_start_run_config(config: LocalTrainConfig, single_agent: bool, folder: Path) -> LocalTrainConfig:
+    """The config of the run that warm-starts one whole model on every role's expert moves into `folder`."""
     overrides = {
         "router": "shared",
         "lora": {"rank": 0},
         "env_options": {"single_agent": single_agent},
         "output_dir": str(folder),
     }
-    run = LocalRun(apply_train_overrides(config, overrides), log)
+    return apply_train_overrides(config, overrides)
+
+
+def warm_start_key(config: LocalTrainConfig) -> str:
+    """What a saved warm start depends on: a folder whose key file holds the same text is reused, not retrained."""
+    keys = ("env", "env_options", "seed", "model", "warm_start")
+    return json.dumps({key: getattr(config, key) for key in keys}, indent=2, sort_keys=True, default=str)
+
+
+def save_warm_start(config: LocalTrainConfig, folder: Path, log: Callable[[str], None]) -> None:
+    """Warm-start one whole model and save it with its tokenizer and its key file to `folder`."""
+    run = LocalRun(config, log)
     (model,) = run.models.values()
     model.save_pretrained(folder)
     run.tokenizer.save_pretrained(str(folder))
+    (folder / WARM_START_KEY_FILE).write_text(warm_start_key(config))
 
 
 def prepare_warm_start(config: LocalTrainConfig, agents: str, folder: Path, log: Callable[[str], None]) -> WarmStart:
-    """The warm start the runs load; with model.path given, that model is the starting point and nothing is trained."""
+    """The warm start the runs load; with model.path given, that model is the starting point and nothing is trained.
+
+    A warm start already saved in `folder` with the same key (env, options, seed, model, warm-start settings) is
+    reused.
+    """
     if config.model.path:
         return WarmStart(config.env, config.seed, agents, config.model.path)
+    warm_config = warm_start_run_config(config, agents == "single", folder)
+    key_file = folder / WARM_START_KEY_FILE
+    if key_file.is_file() and key_file.read_text() == warm_start_key(warm_config):
+        log(f"reusing the warm start in {folder}")
+        return WarmStart(config.env, config.seed, agents, str(folder), reused=True)
     started = time.perf_counter()
     try:
-        save_warm_start(config, agents == "single", folder, log)
+        save_warm_start(warm_config, folder, log)
     except Exception as exc:  # reported in the table; the other runs go on
         traceback.print_exc()
         return WarmStart(config.env, config.seed, agents, str(folder), time.perf_counter() - started, describe(exc))
@@ -339,7 +362,8 @@ def setting_items(config: LocalTrainConfig) -> list[str]:
 def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[list[str]], pngs: list[Path]) -> None:
     settings = report["settings"]
     warm_starts = [
-        f"{w['env']} seed {w['seed']} {w['agents']} {w['wall_s']:.1f}"
+        f"{w['env']} seed {w['seed']} {w['agents']} "
+        + ("reused" if w.get("reused") else f"{w['wall_s']:.1f}")
         + (f" (failed: {w['error']})" if w["error"] else "")
         for w in report["warm_starts"]
     ]
