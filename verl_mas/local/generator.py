@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from verl_mas.local.logprob import position_ids_from_mask, scaled_log_softmax
+from verl_mas.local.logprob import prefill, scaled_log_softmax
 from verl_mas.rollout import Generation, GenerationRequest
 
 
@@ -148,13 +148,7 @@ def sample_batch(
     was_training = model.training
     model.eval()
     try:
-        out = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask),
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        out = prefill(model, input_ids, attention_mask)
         if stats is not None:
             stats.forward_calls += 1
         rows = torch.tensor(row_prompt, dtype=torch.long, device=device)

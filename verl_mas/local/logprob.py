@@ -24,6 +24,17 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def prefill(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """One pass over left-padded prompts that keeps their keys and values and the last position's logits."""
+    return model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+
+
 def response_logprobs(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
@@ -80,13 +91,7 @@ def _shared_prompt_logits(
 ) -> torch.Tensor:
     """[N, R, V] logits predicting each row's response tokens: one pass over the U distinct prompts, their cache
     gathered to the N rows (`row_prompt[i]` is row i's prompt), then one pass over the responses on top of it."""
-    prompt_out = model(
-        input_ids=prompt_ids,
-        attention_mask=prompt_mask,
-        position_ids=position_ids_from_mask(prompt_mask),
-        use_cache=True,
-        logits_to_keep=1,
-    )
+    prompt_out = prefill(model, prompt_ids, prompt_mask)
     first_token_logits = prompt_out.logits[row_prompt]  # [N, 1, V]: the last prompt position predicts token 0
     if response_length == 1:
         return first_token_logits
