@@ -173,3 +173,26 @@ def test_shared_prompts_run_each_distinct_prompt_once(model):
 def test_rows_that_share_nothing_take_one_pass(model):
     tensors = padded_rows([SHARED_PROMPT_ROWS[0], SHARED_PROMPT_ROWS[3]])
     assert forward_shapes(model, tensors) == [tuple(tensors.input_ids.shape)]
+
+
+def test_a_model_without_a_cache_gets_a_clear_error(model):
+    class NoCache(torch.nn.Module):
+        """Delegates to the model but drops the key/value cache from every output."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, **kwargs):
+            out = self.inner(**kwargs)
+            out.past_key_values = None
+            return out
+
+    tensors = padded_rows(SHARED_PROMPT_ROWS)
+    with torch.no_grad(), pytest.raises(ValueError, match="share_prompts=false"):
+        response_logprobs(NoCache(model), tensors.input_ids, tensors.attention_mask, tensors.responses.shape[1], 1.0)
+    with torch.no_grad():
+        per_row = response_logprobs(
+            NoCache(model), tensors.input_ids, tensors.attention_mask, tensors.responses.shape[1], 1.0, False
+        )
+    assert per_row.shape == tensors.response_mask.shape

@@ -96,6 +96,11 @@ def _shared_prompt_logits(
     if response_length == 1:
         return first_token_logits
     cache = prompt_out.past_key_values
+    if cache is None:
+        raise ValueError(
+            f"{type(model).__name__} returned no key/value cache for the shared prompt pass; "
+            "set update.share_prompts=false to score each row in one full pass"
+        )
     cache.batch_select_indices(row_prompt)  # indexing keeps the graph: gradients flow back to the shared prompt
     # The last response token predicts past the end, so it is not fed; positions continue each row's prompt.
     fed = input_ids.shape[1] - 1
