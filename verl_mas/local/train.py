@@ -76,7 +76,7 @@ class WarmStartConfig:
     """Supervised warm start on the environment's expert moves (tiny models start from random weights)."""
 
     tasks: int = 1024
-    epochs: int = 12
+    epochs: int = 6
     lr: float = 3e-3
     batch_size: int = 32
     # "cosine" decays the lr to zero over all warm-start batches; "constant" keeps it. Decay lets the last epochs
@@ -125,9 +125,9 @@ class LocalTrainConfig:
     alpha: float = 1.0
     grouping: Grouping = "task_role_turn"
     tasks_per_step: int = 16
-    steps: int = 150
-    eval_tasks: int = 128
-    eval_every: int = 25
+    steps: int = 300
+    eval_tasks: int = 256
+    eval_every: int = 50
     # > 0: also evaluate the sampling policy itself (what RL trains): this many episodes per task at
     # sampling.temperature, as `eval_sampled/success`, next to greedy decoding's `eval/success`.
     eval_samples: int = 2
