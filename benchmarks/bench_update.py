@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from verl_mas.local.logprob import distinct_prompts
 from verl_mas.local.presets import resolve_train_config
 from verl_mas.local.train import LocalRun, make_tasks, sample_advantages
 from verl_mas.local.update import PolicyTrainer
@@ -51,10 +52,9 @@ def batch_shape(tensors: VerlBatchTensors) -> dict[str, float]:
     """Rows, distinct prompts, and mean real prompt and response tokens per row."""
     prompt_length = tensors.prompts.shape[1]
     prompt_mask = tensors.attention_mask[:, :prompt_length]
-    distinct = torch.unique(torch.cat([tensors.prompts, prompt_mask], dim=1), dim=0).shape[0]
     return {
         "rows": tensors.prompts.shape[0],
-        "distinct_prompts": distinct,
+        "distinct_prompts": distinct_prompts(tensors.prompts, prompt_mask)[0].shape[0],
         "prompt_tokens": prompt_mask.sum(-1).float().mean().item(),
         "response_tokens": tensors.response_mask.sum(-1).float().mean().item(),
     }

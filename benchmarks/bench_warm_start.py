@@ -16,8 +16,7 @@ import torch
 from verl_mas.env import make_env
 from verl_mas.local.model import build_tiny_model
 from verl_mas.local.presets import resolve_train_config
-from verl_mas.local.tokenizer import train_tokenizer
-from verl_mas.local.train import WarmStartConfig, collect_expert_pairs, render_prompt, warm_start
+from verl_mas.local.train import WarmStartConfig, collect_expert_pairs, expert_tokenizer, render_prompt, warm_start
 from verl_mas.overrides import parse_overrides
 from verl_mas.router import PolicyRouter
 
@@ -62,8 +61,7 @@ def main() -> None:
     roles = make_env(config.env, **config.env_options).workflow().roles
     router = PolicyRouter.from_spec(config.router, roles)
     pairs = collect_expert_pairs(config, router)
-    texts = [m["content"] for _, messages, _ in pairs for m in messages] + [move for _, _, move in pairs]
-    tokenizer = train_tokenizer(texts, vocab_size=config.model.vocab_size)
+    tokenizer = expert_tokenizer(pairs, config.model.vocab_size)
     spec = config.model
     model = build_tiny_model(len(tokenizer), spec.hidden, spec.layers, spec.heads, spec.max_positions, seed=0)
     examples = [(messages, move) for _, messages, move in pairs]

@@ -14,6 +14,7 @@ from verl_mas.local.train import (
     ModelSpec,
     WarmStartConfig,
     collect_expert_pairs,
+    expert_tokenizer,
     make_tasks,
     render_prompt,
     sample_advantages,
@@ -114,13 +115,12 @@ def test_warm_start_states_come_from_mixed_play_but_labels_are_the_experts():
 
 def test_warm_start_loss_is_the_mean_cross_entropy_of_the_expert_tokens():
     from verl_mas.local.model import build_tiny_model
-    from verl_mas.local.tokenizer import train_tokenizer
     from verl_mas.router import PolicyRouter
 
     options = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3}
     router = PolicyRouter.from_spec("shared", ("tool", "plan"))
     pairs = collect_expert_pairs(LocalTrainConfig(env_options=options, warm_start=WarmStartConfig(tasks=3)), router)
-    tokenizer = train_tokenizer([m["content"] for _, ms, _ in pairs for m in ms] + [mv for *_, mv in pairs], 300)
+    tokenizer = expert_tokenizer(pairs, 300)
     model = build_tiny_model(len(tokenizer), hidden=32, layers=1, heads=4, seed=3)
     examples = [(messages, move) for _, messages, move in pairs]
     # The reference: transformers' own label loss on right-padded prompt + response rows, prompts masked out.

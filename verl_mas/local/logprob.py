@@ -35,6 +35,12 @@ def prefill(model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: tor
     )
 
 
+def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows with the same prompt ids and mask are one prompt: the [U, 2P] distinct (ids | mask) rows, sorted, and
+    each row's index into them."""
+    return torch.unique(torch.cat([prompt_ids, prompt_mask], dim=1), dim=0, return_inverse=True)
+
+
 def response_logprobs(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
@@ -55,8 +61,7 @@ def response_logprobs(
     prompt_length = input_ids.shape[1] - response_length
     responses = input_ids[:, -response_length:]
     if share_prompts and prompt_length > 0:
-        prompt_key = torch.cat([input_ids[:, :prompt_length], attention_mask[:, :prompt_length]], dim=1)
-        unique_prompts, row_prompt = torch.unique(prompt_key, dim=0, return_inverse=True)
+        unique_prompts, row_prompt = distinct_prompts(input_ids[:, :prompt_length], attention_mask[:, :prompt_length])
         if unique_prompts.shape[0] < input_ids.shape[0]:
             logits = _shared_prompt_logits(
                 model,

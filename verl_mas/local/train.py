@@ -210,6 +210,12 @@ def collect_expert_pairs(config: LocalTrainConfig, router: PolicyRouter) -> list
     return recorder.pairs
 
 
+def expert_tokenizer(pairs: list[ExpertPair], vocab_size: int):
+    """A tokenizer trained on the text of the expert data: every prompt message and every expert move."""
+    texts = [m["content"] for _, messages, _ in pairs for m in messages] + [move for _, _, move in pairs]
+    return train_tokenizer(texts, vocab_size=vocab_size)
+
+
 def render_prompt(tokenizer, messages: tuple[Message, ...]) -> list[int]:
     return list(
         tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True, return_dict=False)
@@ -303,7 +309,7 @@ class LocalRun:
         elif config.model.path:
             self.tokenizer = load_tokenizer(config.model.path)
         else:
-            self.tokenizer = self._train_tokenizer(pairs)
+            self.tokenizer = expert_tokenizer(pairs, config.model.vocab_size)
         cut, longest = expert_moves_cut(self.tokenizer, pairs, config.sampling.max_new_tokens)
         if cut:
             # The warm start teaches whole moves; a sampler that stops short turns each such move into a cut reply.
@@ -324,10 +330,6 @@ class LocalRun:
         # evaluation draws with the same random numbers, so successive ones differ by the policy only.
         self.sampled_evaluator = BatchingGenerator(served, config.sampling, seed=config.seed + 1)
         self.sampled_evaluator_start = self.sampled_evaluator.rng_state()
-
-    def _train_tokenizer(self, pairs):
-        texts = [m["content"] for _, messages, _ in pairs for m in messages] + [move for _, _, move in pairs]
-        return train_tokenizer(texts, vocab_size=self.config.model.vocab_size)
 
     def _model(self, index: int) -> torch.nn.Module:
         spec = self.config.model

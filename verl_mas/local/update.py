@@ -10,7 +10,7 @@ import torch
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.workers.config import ActorConfig, PolicyLossConfig
 
-from verl_mas.local.logprob import response_logprobs
+from verl_mas.local.logprob import distinct_prompts, response_logprobs
 from verl_mas.sample import VerlBatchTensors
 
 
@@ -254,9 +254,7 @@ class PolicyTrainer:
 
 def prompt_groups(tensors: VerlBatchTensors) -> list[torch.Tensor]:
     """Row indices per distinct prompt (ids and mask), each group in row order, groups by first row."""
-    prompt_length = tensors.prompts.shape[1]
-    key = torch.cat([tensors.prompts, tensors.attention_mask[:, :prompt_length]], dim=1)
-    _, group_of_row = torch.unique(key, dim=0, return_inverse=True)
+    _, group_of_row = distinct_prompts(tensors.prompts, tensors.attention_mask[:, : tensors.prompts.shape[1]])
     rows_by_group: dict[int, list[int]] = {}
     for row, group in enumerate(group_of_row.tolist()):
         rows_by_group.setdefault(group, []).append(row)
