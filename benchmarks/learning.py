@@ -500,7 +500,8 @@ def write_report(
         "command": shlex.join(["python", str(Path(__file__).resolve().relative_to(REPO)), *args.argv]),
         "date": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
-        f"{torch.get_num_threads()} threads",
+        f"{torch.get_num_threads()} threads"
+        + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""),
         "settings": {
             "envs": args.envs,
             "seeds": args.seeds,

@@ -70,6 +70,10 @@ LEVELS = {
 }
 
 
+# The GPU variants run where torch sees one (the lent GPU machine); CI has none and skips them.
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
+
+
 def tiny_config(output_dir: Path, **overrides) -> LocalTrainConfig:
     """Every size and rate set here, so that changes to the defaults do not change what these tests run."""
     base = {
@@ -103,9 +107,10 @@ def without_timings(row: dict[str, float]) -> dict[str, float]:
     return {key: value for key, value in row.items() if not key.startswith("time/")}
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("level", list(LEVELS))
-def test_resume_continues_exactly_at_every_policy_level(tmp_path, level):
-    overrides = LEVELS[level]
+def test_resume_continues_exactly_at_every_policy_level(tmp_path, level, device):
+    overrides = LEVELS[level] | {"device": device}
     straight = train(tiny_config(tmp_path / "straight", steps=4, checkpoint_every=2, **overrides), log=lambda _: None)
     stopped = tiny_config(tmp_path / "stopped", steps=2, checkpoint_every=2, **overrides)
     train(stopped, log=lambda _: None)
@@ -148,8 +153,10 @@ def trainer_logprobs(run: LocalRun, policy: str, prompt: tuple[int, ...], respon
     return run.trainers[policy].compute_logprobs(tensors)[0, : len(response)]
 
 
-def test_each_role_samples_with_the_lora_adapter_it_trains(tmp_path):
-    run = LocalRun(tiny_config(tmp_path, router="per_role", lora={"rank": 4}), log=lambda _: None)
+@pytest.mark.parametrize("device", DEVICES)
+def test_each_role_samples_with_the_lora_adapter_it_trains(tmp_path, device):
+    run = LocalRun(tiny_config(tmp_path, router="per_role", lora={"rank": 4}, device=device), log=lambda _: None)
+    assert {p.device.type for p in run.models["base"].parameters()} == {device}
     assert list(run.models) == ["base"] and set(run.trainers) == {"red", "blue"}
     before = greedy_replies(run, ("red", "blue"))
     assert before["red"] == before["blue"]  # peft starts every adapter as the identity
@@ -168,10 +175,10 @@ def test_each_role_samples_with_the_lora_adapter_it_trains(tmp_path):
     for policy in ("red", "blue"):
         response, sampled = after[policy]
         recomputed = trainer_logprobs(run, policy, prompt, response)
-        assert torch.allclose(recomputed, torch.tensor(sampled), atol=1e-5), policy
+        assert torch.allclose(recomputed.cpu(), torch.tensor(sampled), atol=1e-5), policy
     response_blue, sampled_blue = after["blue"]
     assert not torch.allclose(
-        trainer_logprobs(run, "red", prompt, response_blue), torch.tensor(sampled_blue), atol=1e-3
+        trainer_logprobs(run, "red", prompt, response_blue).cpu(), torch.tensor(sampled_blue), atol=1e-3
     )
 
 

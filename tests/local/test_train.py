@@ -17,6 +17,7 @@ from verl_mas.local.train import (
     expert_tokenizer,
     make_tasks,
     render_prompt,
+    resolve_device,
     sample_advantages,
     warm_start,
     warm_start_lr,
@@ -79,11 +80,23 @@ def test_advantage_grouping_ablation():
     [
         ({"grouping": "episode"}, "grouping must be"),
         ({"k": 0}, "k must be >= 1"),
+        ({"device": "gpu0"}, "device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"),
     ],
 )
 def test_bad_config_fails_at_start(overrides, message):
     with pytest.raises(ValueError, match=message):
         LocalTrainConfig(**overrides)
+
+
+def test_device_names_resolve_and_cuda_without_a_gpu_is_refused(monkeypatch):
+    assert resolve_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ValueError, match="torch sees no CUDA device"):
+        resolve_device("cuda:1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
 
 
 def test_sampling_and_update_temperatures_must_agree(capsys):

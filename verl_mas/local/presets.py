@@ -80,6 +80,7 @@ KEY_HELP: dict[str, str] = {
     "resume": "true: continue from the latest checkpoint under output_dir; or a checkpoint path",
     "progress": "show a progress bar (false: one log line per step)",
     "tensorboard": "also write TensorBoard scalars to output_dir/tb",
+    "device": "where models, sampling and updates run: cpu, cuda, cuda:N, or auto (cuda when available)",
 }
 
 

@@ -51,7 +51,16 @@ CONFIG_FILE = "config.json"
 GENERATORS_FILE = "generators.pt"
 LORA_BASE_MODEL = "base"  # the checkpoint name of the one model that carries every policy's adapter
 # Keys a resumed run may change without a note: they do not change what the next step computes.
-RESUME_FREE_KEYS = ("steps", "resume", "progress", "tensorboard", "eval_every", "checkpoint_every", "output_dir")
+RESUME_FREE_KEYS = (
+    "steps",
+    "resume",
+    "progress",
+    "tensorboard",
+    "eval_every",
+    "checkpoint_every",
+    "output_dir",
+    "device",
+)
 ExpertPair = tuple[str, tuple[Message, ...], str]  # (policy, prompt messages, expert move)
 Policies = tuple[dict[str, torch.nn.Module], dict[str, PolicyTrainer], dict[str, PolicyModel]]
 WarmStartSchedule = Literal["cosine", "constant"]
@@ -143,8 +152,15 @@ class LocalTrainConfig:
     resume: bool | str = False  # true: the latest checkpoint under output_dir, if any; a path: that checkpoint
     progress: bool = True  # a progress bar over steps; false: one log line per step
     tensorboard: bool = False  # also write the metrics as TensorBoard scalars to output_dir/tb
+    # Where models, sampling and updates run: "cpu", "cuda", "cuda:N", or "auto" (cuda when available).
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
+        if self.device != "auto":
+            try:
+                torch.device(self.device)
+            except (RuntimeError, TypeError) as error:
+                raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {self.device!r}") from error
         if self.rollout_mode not in ("tree", "independent"):
             raise ValueError(f"rollout_mode must be 'tree' or 'independent', got {self.rollout_mode!r}")
         if self.resume == "":
@@ -177,6 +193,16 @@ class TrainSummary:
     sampled_success_after: float | None
     output_dir: Path
     history: list[dict[str, float]]
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device of `LocalTrainConfig.device`; asking for cuda on a machine without one is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={name!r} but torch sees no CUDA device here; use device=cpu or device=auto")
+    return device
 
 
 def make_tasks(config: LocalTrainConfig, split: Literal["train", "eval"], start: int, count: int) -> list[Task]:
@@ -294,6 +320,7 @@ class LocalRun:
         self.config = config
         self.log = log
         self.out = Path(config.output_dir)
+        self.device = resolve_device(config.device)
         self.out.mkdir(parents=True, exist_ok=True)
         random.seed(config.seed)
         np.random.seed(config.seed)
@@ -334,7 +361,7 @@ class LocalRun:
     def _model(self, index: int) -> torch.nn.Module:
         spec = self.config.model
         if spec.path:
-            return load_model(spec.path)
+            return load_model(spec.path, device=self.device)
         return build_tiny_model(
             vocab_size=len(self.tokenizer),
             hidden=spec.hidden,
@@ -345,7 +372,7 @@ class LocalRun:
             pad_token_id=self.tokenizer.pad_token_id,
             bos_token_id=self.tokenizer.bos_token_id,
             eos_token_id=self.tokenizer.eos_token_id,
-        )
+        ).to(self.device)
 
     def _warm_start(self, name: str, model: torch.nn.Module, pairs: list[tuple[tuple[Message, ...], str]]) -> None:
         if pairs:
