@@ -7,7 +7,12 @@ import pytest
 import torch
 
 from verl_mas.local.generator import BatchingGenerator, SamplingConfig
-from verl_mas.local.logprob import response_logprobs, scaled_log_softmax, sequence_logprobs
+from verl_mas.local.logprob import (
+    response_logprobs,
+    response_logprobs_and_entropy,
+    scaled_log_softmax,
+    sequence_logprobs,
+)
 from verl_mas.local.model import build_tiny_model
 from verl_mas.local.tokenizer import train_tokenizer
 from verl_mas.rollout import GenerationRequest
@@ -196,3 +201,30 @@ def test_a_model_without_a_cache_gets_a_clear_error(model):
             NoCache(model), tensors.input_ids, tensors.attention_mask, tensors.responses.shape[1], 1.0, False
         )
     assert per_row.shape == tensors.response_mask.shape
+
+
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_entropy_is_that_of_each_response_tokens_sampling_distribution(model, temperature, share):
+    tensors = padded_rows(SHARED_PROMPT_ROWS)
+    response_length = tensors.responses.shape[1]
+    with torch.no_grad():
+        logprobs, entropy = response_logprobs_and_entropy(
+            model, tensors.input_ids, tensors.attention_mask, response_length, temperature, share_prompts=share
+        )
+        plain = response_logprobs(model, tensors.input_ids, tensors.attention_mask, response_length, temperature)
+    torch.testing.assert_close(logprobs, plain, atol=1e-5, rtol=0)
+    # By hand, one row at a time and unpadded: the distribution before response token j is the model's output at
+    # the position just before it, at the sampling temperature.
+    prompt_length = tensors.prompts.shape[1]
+    for i in range(tensors.input_ids.shape[0]):
+        keep = tensors.attention_mask[i].bool()
+        ids = tensors.input_ids[i][keep].unsqueeze(0)
+        n_response = int(tensors.response_mask[i].sum())
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, -n_response - 1 : -1] / temperature
+        probs = torch.softmax(logits.double(), dim=-1)
+        expected = -(probs * probs.log()).sum(-1)
+        torch.testing.assert_close(entropy[i, :n_response].double(), expected, atol=1e-5, rtol=0)
+        assert (entropy[i, n_response:] == 0).all()
+        assert prompt_length > 0

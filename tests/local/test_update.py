@@ -11,6 +11,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaForCausalLM
 
+from verl_mas.local.logprob import response_logprobs_and_entropy
 from verl_mas.local.model import build_tiny_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig, prompt_groups
 from verl_mas.sample import Sample, VerlBatchTensors, samples_to_tensors
@@ -208,6 +209,51 @@ def test_kl_loss_uses_reference_logprobs(micro_batch_size: int | None) -> None:
     # k3 estimator with ref = current - 1 on every token: exp(-1) - (-1) - 1
     metrics = trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]), ref_logprobs=reference - 1.0)
     assert metrics["kl_loss"] == pytest.approx(math.exp(-1.0), abs=1e-5)
+
+
+@pytest.mark.parametrize("micro_batch_size", [None, 1])
+def test_entropy_bonus_adds_minus_coeff_times_the_token_mean_entropy_gradient(micro_batch_size: int | None) -> None:
+    coeff = 0.05
+    config = UpdateConfig(lr=1e-3, entropy_coeff=coeff, grad_clip=None, micro_batch_size=micro_batch_size)
+    trainer = PolicyTrainer(tiny_model(), config)
+    tensors = batch(ROWS)
+    # Zero advantages: the clipped loss has no gradient, so the step's gradient is the entropy term's alone.
+    metrics, gradients = step_gradients(trainer, tensors, torch.zeros(tensors.response_mask.shape))
+
+    reference = tiny_model()
+    response_length = tensors.responses.shape[1]
+    _, entropy = response_logprobs_and_entropy(
+        reference, tensors.input_ids, tensors.attention_mask, response_length, 1.0
+    )
+    token_mean = entropy.sum() / tensors.response_mask.sum()
+    (-coeff * token_mean).backward()
+    expected = [p.grad for p in reference.parameters()]
+    assert metrics["entropy"] == pytest.approx(token_mean.item(), rel=1e-5)
+    for got, want in zip(gradients, expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-4)
+    assert any(g.abs().sum() > 0 for g in gradients)
+
+
+def test_entropy_bonus_raises_entropy_and_zero_coefficient_moves_nothing() -> None:
+    tensors = batch(ROWS)
+    zeros = torch.zeros(tensors.response_mask.shape)
+    still = PolicyTrainer(tiny_model(), UpdateConfig(lr=1e-2, weight_decay=0.0))  # decay alone would move them
+    before = [p.detach().clone() for p in still.parameters]
+    still.step(tensors, zeros)
+    assert all(torch.equal(a, b) for a, b in zip(before, still.parameters, strict=True))
+    assert "entropy" not in still.step(tensors, zeros)
+
+    bonus = PolicyTrainer(tiny_model(), UpdateConfig(lr=1e-2, weight_decay=0.0, entropy_coeff=1.0))
+    first = bonus.step(tensors, zeros)["entropy"]
+    for _ in range(5):
+        last = bonus.step(tensors, zeros)["entropy"]
+    assert last > first
+
+
+@pytest.mark.parametrize("value", [-0.1, float("nan"), float("inf")])
+def test_entropy_coeff_must_be_finite_and_non_negative(value: float) -> None:
+    with pytest.raises(ValueError, match="entropy_coeff"):
+        UpdateConfig(entropy_coeff=value)
 
 
 def lora_two_adapters():

@@ -56,14 +56,41 @@ def response_logprobs(
     of one tree node, run that prompt once and reuse its keys and values; the values and gradients are those of
     one forward pass per row, at a fraction of the cost when prompts are long and responses short.
     """
+    logits = response_logits(model, input_ids, attention_mask, response_length, share_prompts)
+    return _picked(scaled_log_softmax(logits, temperature), input_ids, attention_mask, response_length)
+
+
+def response_logprobs_and_entropy(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_length: int,
+    temperature: float,
+    share_prompts: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`response_logprobs`, and [N, R] the entropy of the distribution each response token was drawn from
+    (softmax(logits / temperature)), 0 where the mask is 0; both from one forward pass."""
+    logits = response_logits(model, input_ids, attention_mask, response_length, share_prompts)
+    log_probs = scaled_log_softmax(logits, temperature)
+    entropy = -(log_probs.exp() * log_probs).sum(-1) * attention_mask[:, -response_length:].to(log_probs.dtype)
+    return _picked(log_probs, input_ids, attention_mask, response_length), entropy
+
+
+def response_logits(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    response_length: int,
+    share_prompts: bool = True,
+) -> torch.Tensor:
+    """[N, R, V] logits predicting the last `response_length` tokens of each row (see `response_logprobs`)."""
     if response_length < 1:
         raise ValueError(f"response_length must be >= 1, got {response_length}")
     prompt_length = input_ids.shape[1] - response_length
-    responses = input_ids[:, -response_length:]
     if share_prompts and prompt_length > 0:
         unique_prompts, row_prompt = distinct_prompts(input_ids[:, :prompt_length], attention_mask[:, :prompt_length])
         if unique_prompts.shape[0] < input_ids.shape[0]:
-            logits = _shared_prompt_logits(
+            return _shared_prompt_logits(
                 model,
                 unique_prompts[:, :prompt_length],
                 unique_prompts[:, prompt_length:],
@@ -72,7 +99,6 @@ def response_logprobs(
                 attention_mask,
                 response_length,
             )
-            return _token_logprobs(logits, responses, attention_mask[:, -response_length:], temperature)
     outputs = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -81,8 +107,7 @@ def response_logprobs(
         logits_to_keep=response_length + 1,
     )
     # The logit at position t predicts token t + 1: drop the last one, which predicts past the end.
-    logits = outputs.logits[:, :-1, :]
-    return _token_logprobs(logits, responses, attention_mask[:, -response_length:], temperature)
+    return outputs.logits[:, :-1, :]
 
 
 def _shared_prompt_logits(
@@ -119,11 +144,12 @@ def _shared_prompt_logits(
     return torch.cat([first_token_logits, response_out.logits], dim=1)
 
 
-def _token_logprobs(
-    logits: torch.Tensor, responses: torch.Tensor, response_mask: torch.Tensor, temperature: float
+def _picked(
+    log_probs: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_length: int
 ) -> torch.Tensor:
-    token_logprobs = scaled_log_softmax(logits, temperature).gather(-1, responses.unsqueeze(-1)).squeeze(-1)
-    return token_logprobs * response_mask.to(token_logprobs.dtype)
+    """[N, R] each response token's log-prob out of [N, R, V] log-probs, 0 where the mask is 0."""
+    token_logprobs = log_probs.gather(-1, input_ids[:, -response_length:].unsqueeze(-1)).squeeze(-1)
+    return token_logprobs * attention_mask[:, -response_length:].to(token_logprobs.dtype)
 
 
 def sequence_logprobs(

@@ -10,7 +10,7 @@ import torch
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.workers.config import ActorConfig, PolicyLossConfig
 
-from verl_mas.local.logprob import distinct_prompts, response_logprobs
+from verl_mas.local.logprob import distinct_prompts, response_logprobs, response_logprobs_and_entropy
 from verl_mas.sample import VerlBatchTensors
 
 
@@ -35,6 +35,9 @@ class UpdateConfig:
     use_kl_loss: bool = False
     kl_coef: float = 0.001
     kl_type: str = "low_var_kl"
+    # > 0: subtract this times the aggregated entropy of the sampled distribution from the loss (verl's
+    # actor.entropy_coeff), against the collapse of exploration that leaves every branch of a group alike.
+    entropy_coeff: float = 0.0
     temperature: float = 1.0  # the sampler's temperature: log-probs are of softmax(logits / temperature)
     shuffle_seed: int = 0
     # Rows with the same prompt (a tree node's K branches) run it once and share its keys and values (same values
@@ -50,6 +53,8 @@ class UpdateConfig:
                 raise ValueError(f"{name} must be >= 1 or None, got {value}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0.0 <= self.entropy_coeff < math.inf:
+            raise ValueError(f"entropy_coeff must be a finite number >= 0, got {self.entropy_coeff}")
 
     def actor_config(self) -> ActorConfig:
         """The verl ActorConfig its policy-loss functions read (clip ratios, loss_agg_mode, global_batch_info).
@@ -112,7 +117,7 @@ class PolicyTrainer:
         for start in range(0, n, micro):
             rows = torch.arange(start, min(start + micro, n))
             batch = _slice_rows(tensors, rows, self._device())
-            out[rows, : batch.response_length] = self._forward(batch).cpu()
+            out[rows, : batch.response_length] = self._forward(batch)[0].cpu()
         return out
 
     def step(
@@ -132,7 +137,8 @@ class PolicyTrainer:
         Returns:
             Token-weighted means of verl's pg metrics (clipfrac, clipfrac_lower, approx_kl = ppo_kl), the mean over
             optimizer steps of pg_loss and grad_norm, neg_logprob (mean -log p of the response tokens: an entropy
-            estimate when on-policy), kl_loss when used, lr, tokens, skipped_steps (non-finite gradients) and
+            estimate when on-policy), kl_loss when used, entropy (token mean, with entropy_coeff > 0), lr, tokens,
+            skipped_steps (non-finite gradients) and
             optimizer_steps (the trainer's running total). Loss metrics are absent when no sample has a response token.
         """
         n, r = tensors.response_mask.shape
@@ -180,7 +186,7 @@ class PolicyTrainer:
             micro_tokens = int(batch.response_mask.sum().item())
             if micro_tokens == 0:
                 continue
-            logprobs = self._forward(batch)
+            logprobs, entropy = self._forward(batch, with_entropy=self.config.entropy_coeff > 0)
             response_mask = batch.response_mask.bool()
             pg_loss, pg_metrics = self.policy_loss_fn(
                 old_log_prob=batch.columns["old_log_probs"],
@@ -192,6 +198,15 @@ class PolicyTrainer:
                 rollout_is_weights=None,
             )
             loss = pg_loss
+            if entropy is not None:
+                entropy_loss = agg_loss(
+                    loss_mat=entropy,
+                    loss_mask=response_mask,
+                    loss_agg_mode=self.config.loss_agg_mode,
+                    **self.actor_config.global_batch_info,
+                )
+                loss = loss - self.config.entropy_coeff * entropy_loss
+                tally.add_mean("entropy", (entropy.detach().sum() / micro_tokens).item(), micro_tokens)
             if self.config.use_kl_loss:
                 kld = kl_penalty(
                     logprob=logprobs, ref_logprob=batch.columns["ref_logprobs"], kl_penalty=self.config.kl_type
@@ -225,15 +240,12 @@ class PolicyTrainer:
         if self.config.use_kl_loss:
             tally.add_step("kl_loss", kl_loss_total)
 
-    def _forward(self, batch: _RowBatch) -> torch.Tensor:
-        return response_logprobs(
-            self.model,
-            batch.input_ids,
-            batch.attention_mask,
-            batch.response_length,
-            self.config.temperature,
-            share_prompts=self.config.share_prompts,
-        )
+    def _forward(self, batch: _RowBatch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[n, R] log-probs of the batch's responses, and their per-token entropies when asked for (else None)."""
+        args = (self.model, batch.input_ids, batch.attention_mask, batch.response_length, self.config.temperature)
+        if with_entropy:
+            return response_logprobs_and_entropy(*args, share_prompts=self.config.share_prompts)
+        return response_logprobs(*args, share_prompts=self.config.share_prompts), None
 
     def _device(self) -> torch.device:
         return self.parameters[0].device
