@@ -11,7 +11,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import LlamaForCausalLM
 
-from verl_mas.local.logprob import response_logprobs_and_entropy
+from verl_mas.local.logprob import response_entropy, response_logits, scaled_log_softmax
 from verl_mas.local.model import build_tiny_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig, prompt_groups
 from verl_mas.sample import Sample, VerlBatchTensors, samples_to_tensors
@@ -222,9 +222,8 @@ def test_entropy_bonus_adds_minus_coeff_times_the_token_mean_entropy_gradient(mi
 
     reference = tiny_model()
     response_length = tensors.responses.shape[1]
-    _, entropy = response_logprobs_and_entropy(
-        reference, tensors.input_ids, tensors.attention_mask, response_length, 1.0
-    )
+    logits = response_logits(reference, tensors.input_ids, tensors.attention_mask, response_length)
+    entropy = response_entropy(scaled_log_softmax(logits, 1.0), tensors.attention_mask, response_length)
     token_mean = entropy.sum() / tensors.response_mask.sum()
     (-coeff * token_mean).backward()
     expected = [p.grad for p in reference.parameters()]

@@ -57,23 +57,7 @@ def response_logprobs(
     one forward pass per row, at a fraction of the cost when prompts are long and responses short.
     """
     logits = response_logits(model, input_ids, attention_mask, response_length, share_prompts)
-    return _picked(scaled_log_softmax(logits, temperature), input_ids, attention_mask, response_length)
-
-
-def response_logprobs_and_entropy(
-    model: PreTrainedModel,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    response_length: int,
-    temperature: float,
-    share_prompts: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`response_logprobs`, and [N, R] the entropy of the distribution each response token was drawn from
-    (softmax(logits / temperature)), 0 where the mask is 0; both from one forward pass."""
-    logits = response_logits(model, input_ids, attention_mask, response_length, share_prompts)
-    log_probs = scaled_log_softmax(logits, temperature)
-    entropy = -(log_probs.exp() * log_probs).sum(-1) * attention_mask[:, -response_length:].to(log_probs.dtype)
-    return _picked(log_probs, input_ids, attention_mask, response_length), entropy
+    return picked_logprobs(scaled_log_softmax(logits, temperature), input_ids, attention_mask, response_length)
 
 
 def response_logits(
@@ -144,12 +128,19 @@ def _shared_prompt_logits(
     return torch.cat([first_token_logits, response_out.logits], dim=1)
 
 
-def _picked(
+def picked_logprobs(
     log_probs: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor, response_length: int
 ) -> torch.Tensor:
     """[N, R] each response token's log-prob out of [N, R, V] log-probs, 0 where the mask is 0."""
     token_logprobs = log_probs.gather(-1, input_ids[:, -response_length:].unsqueeze(-1)).squeeze(-1)
     return token_logprobs * attention_mask[:, -response_length:].to(token_logprobs.dtype)
+
+
+def response_entropy(log_probs: torch.Tensor, attention_mask: torch.Tensor, response_length: int) -> torch.Tensor:
+    """[N, R] the entropy of each response position's distribution, from its [N, R, V] log-probs; 0 where the
+    mask is 0. With log-probs at the sampling temperature, this is the entropy of what the sampler drew from."""
+    entropy = -(log_probs.exp() * log_probs).sum(-1)
+    return entropy * attention_mask[:, -response_length:].to(entropy.dtype)
 
 
 def sequence_logprobs(

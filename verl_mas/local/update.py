@@ -10,7 +10,13 @@ import torch
 from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn, kl_penalty
 from verl.workers.config import ActorConfig, PolicyLossConfig
 
-from verl_mas.local.logprob import distinct_prompts, response_logprobs, response_logprobs_and_entropy
+from verl_mas.local.logprob import (
+    distinct_prompts,
+    picked_logprobs,
+    response_entropy,
+    response_logits,
+    scaled_log_softmax,
+)
 from verl_mas.sample import VerlBatchTensors
 
 
@@ -242,10 +248,14 @@ class PolicyTrainer:
 
     def _forward(self, batch: _RowBatch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """[n, R] log-probs of the batch's responses, and their per-token entropies when asked for (else None)."""
-        args = (self.model, batch.input_ids, batch.attention_mask, batch.response_length, self.config.temperature)
-        if with_entropy:
-            return response_logprobs_and_entropy(*args, share_prompts=self.config.share_prompts)
-        return response_logprobs(*args, share_prompts=self.config.share_prompts), None
+        response_length = batch.response_length
+        logits = response_logits(
+            self.model, batch.input_ids, batch.attention_mask, response_length, self.config.share_prompts
+        )
+        log_probs = scaled_log_softmax(logits, self.config.temperature)
+        picked = picked_logprobs(log_probs, batch.input_ids, batch.attention_mask, response_length)
+        entropy = response_entropy(log_probs, batch.attention_mask, response_length) if with_entropy else None
+        return picked, entropy
 
     def _device(self) -> torch.device:
         return self.parameters[0].device
