@@ -144,8 +144,8 @@ class PolicyTrainer:
             Token-weighted means of verl's pg metrics (clipfrac, clipfrac_lower, approx_kl = ppo_kl), the mean over
             optimizer steps of pg_loss and grad_norm, neg_logprob (mean -log p of the response tokens: an entropy
             estimate when on-policy), kl_loss when used, entropy (token mean, with entropy_coeff > 0), lr, tokens,
-            skipped_steps (non-finite gradients) and
-            optimizer_steps (the trainer's running total). Loss metrics are absent when no sample has a response token.
+            skipped_steps (non-finite gradients) and optimizer_steps (the trainer's running total). Loss metrics are
+            absent when no sample has a response token.
         """
         n, r = tensors.response_mask.shape
         if tuple(advantages.shape) != (n, r):
