@@ -214,7 +214,7 @@ def test_entropy_is_that_of_each_response_tokens_sampling_distribution(model, te
         entropy = response_entropy(scaled_log_softmax(logits, temperature), tensors.attention_mask, response_length)
     # By hand, one row at a time and unpadded: the distribution before response token j is the model's output at
     # the position just before it, at the sampling temperature.
-    prompt_length = tensors.prompts.shape[1]
+    assert tensors.prompts.shape[1] > 0
     for i in range(tensors.input_ids.shape[0]):
         keep = tensors.attention_mask[i].bool()
         ids = tensors.input_ids[i][keep].unsqueeze(0)
@@ -225,4 +225,3 @@ def test_entropy_is_that_of_each_response_tokens_sampling_distribution(model, te
         expected = -(probs * probs.log()).sum(-1)
         torch.testing.assert_close(entropy[i, :n_response].double(), expected, atol=1e-5, rtol=0)
         assert (entropy[i, n_response:] == 0).all()
-        assert prompt_length > 0
