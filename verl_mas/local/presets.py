@@ -33,12 +33,28 @@ SMOKE_OVERRIDES = {
     "output_dir": "runs/smoke",
 }
 
+# The paper's tool agent writes a program that the sandbox runs (up to 458 tokens with the local tokenizer, on
+# Sokoban). The warm start plays only correct programs, so that the plan agent learns to copy a proposal that works.
+# The update lr is lower because one negative sample pushes down every token of a long program that it shares with
+# the good ones (docs/results/learning_code_mode.md).
+CODE_TOOL_OVERRIDES = {
+    "env_options": {"tool_mode": "code"},
+    "sampling": {"max_new_tokens": 480},
+    "warm_start": {"tasks": 1024, "epochs": 12, "play_skill": 1.0},
+    "update": {"lr": 3e-5},
+    "output_dir": "runs/code_tool",
+}
+
 PRESETS: dict[str, Preset] = {
     "default": Preset("the embedded default: tiny model, Plan-Path, AT-GRPO, one model shared by all roles (L1)", {}),
     "smoke": Preset("a run of seconds to check a setup: 4x4 boards, hidden 32, 2 steps of 2 tasks", SMOKE_OVERRIDES),
     "single_agent": Preset(
         "L0: one role does the whole task (env_options.single_agent=true), one model",
         {"env_options": {"single_agent": True}, "router": "shared", "output_dir": "runs/single_agent"},
+    ),
+    "code_tool": Preset(
+        "the tool agent writes a program the sandbox runs (tool_mode=code), with the warm start and lr it needs",
+        CODE_TOOL_OVERRIDES,
     ),
     "per_role": Preset("L3: one whole model per role", {"router": "per_role", "output_dir": "runs/per_role"}),
     "lora_per_role": Preset(
