@@ -105,6 +105,7 @@ class RunRecord:
     evals: list[tuple[int, float]] = field(default_factory=list)  # (step, held-out success, greedy)
     sampled_evals: list[tuple[int, float]] = field(default_factory=list)  # (step, success at the training temperature)
     error: str = ""
+    stopped_at: int | None = None  # --collect: the last step of a run that stopped before config.steps
 
     @property
     def before(self) -> float:
@@ -185,16 +186,42 @@ def method_config(config: LocalTrainConfig, name: str, warm_path: str, folder: P
     return apply_train_overrides(config, overrides)
 
 
-def finished_history(config: LocalTrainConfig) -> list[dict[str, Any]] | None:
-    """The metrics of a run that already finished in config.output_dir with exactly this config, else None."""
+def saved_history(config: LocalTrainConfig) -> list[dict[str, Any]] | None:
+    """The metrics a run of exactly this config saved in config.output_dir, finished or not, else None."""
     folder = Path(config.output_dir)
     try:
         saved = (folder / CONFIG_FILE).read_text()
         history = [json.loads(line) for line in (folder / METRICS_FILE).read_text().splitlines()]
     except (OSError, json.JSONDecodeError):
         return None
-    finished = bool(history) and history[-1].get("step") == config.steps and "eval/success" in history[-1]
-    return history if finished and saved == config_json(config) else None
+    return history if saved == config_json(config) else None
+
+
+def is_finished(config: LocalTrainConfig, history: list[dict[str, Any]]) -> bool:
+    return bool(history) and history[-1].get("step") == config.steps and "eval/success" in history[-1]
+
+
+def finished_history(config: LocalTrainConfig) -> list[dict[str, Any]] | None:
+    """The metrics of a run that already finished in config.output_dir with exactly this config, else None."""
+    history = saved_history(config)
+    return history if history is not None and is_finished(config, history) else None
+
+
+def collected_record(config: LocalTrainConfig, name: str) -> RunRecord:
+    """--collect: the run saved under config.output_dir, finished or stopped early (say, by a job's time limit).
+
+    A stopped run reports its last evaluation as `after`; a folder without a run of exactly this config is an error.
+    """
+    history = saved_history(config)
+    if history is None:
+        error = f"no saved run of this config in {config.output_dir}"
+        return RunRecord(config.env, name, config.seed, config.output_dir, error=error)
+    record = run_record(config, name, history, reused_wall_s(history))
+    if not record.evals:
+        record.error = f"no evaluation saved in {config.output_dir}"
+    elif not is_finished(config, history):
+        record.stopped_at = int(history[-1]["step"])
+    return record
 
 
 def run_record(config: LocalTrainConfig, name: str, history: list[dict[str, Any]], wall_s: float) -> RunRecord:
@@ -264,6 +291,11 @@ def summarize(records: list[RunRecord]) -> list[dict[str, Any]]:
                 "sampled_after_mean": statistics.fmean(r.sampled_evals[-1][1] for r in sampled) if sampled else None,
                 "wall_s_mean": statistics.fmean(r.wall_s for r in done) if done else None,
                 "errors": [f"seed {r.seed}: {r.error}" for r in group if r.error],
+                "stopped": [
+                    f"seed {r.seed} at step {r.stopped_at} (last eval: step {r.evals[-1][0]})"
+                    for r in done
+                    if r.stopped_at is not None
+                ],
             }
         )
     return rows
@@ -272,7 +304,7 @@ def summarize(records: list[RunRecord]) -> list[dict[str, Any]]:
 def table_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
     """Header and one line per summary row, as strings (printed aligned, or written as Markdown)."""
     header = ["env", "method", "seeds", "held-out before -> after", "std after", "after per seed"]
-    header += ["gain: mean (per seed)", "sampled before -> after", "wall s", "error"]
+    header += ["gain: mean (per seed)", "sampled before -> after", "wall s", "error", "stopped early"]
     lines = [header]
     for row in rows:
         done = row["after_mean"] is not None
@@ -290,6 +322,7 @@ def table_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
                 else "-",
                 f"{row['wall_s_mean']:.1f}" if done else "-",
                 "; ".join(row["errors"]),
+                "; ".join(row["stopped"]),
             ]
         )
     return lines
@@ -404,7 +437,7 @@ def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[li
         "",
         markdown_table(lines),
         "",
-        f"Warm starts (wall s): {', '.join(warm_starts) or 'none here (model.path given, or runs reused)'}",
+        f"Warm starts (wall s): {', '.join(warm_starts) or 'none here (model.path given, runs reused, or --collect)'}",
         "",
         *[f"![{png.stem}]({os.path.relpath(png, path.parent)})" for png in pngs],
         "",
@@ -423,6 +456,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="default: all")
     parser.add_argument("--preset", nargs="+", default=["default"], help="training presets, applied in order")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder; the report goes to OUT.md")
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="train nothing: report the runs this command saved under OUT, those stopped early with their last eval",
+    )
     parser.add_argument("overrides", nargs="*", help="key=value training-config overrides (as for verl-mas train)")
     argv = sys.argv[1:] if argv is None else argv
     # key=value items are taken out first, so that they may follow a flag of several values such as --envs
@@ -462,8 +500,10 @@ def main(argv: list[str] | None = None) -> None:
                 agents = "team" if METHODS[method].team else "single"
                 warm_folder = folder / f"warm_start_{agents}"
                 run_config = method_config(config, method, config.model.path or str(warm_folder), folder / method)
-                history = finished_history(run_config)
-                if history is not None:  # the same command stopped earlier: its finished runs are kept
+                if args.collect:
+                    records.append(collected_record(run_config, method))
+                # the same command stopped earlier: its finished runs are kept
+                elif (history := finished_history(run_config)) is not None:
                     prefixed_log(env, seed, method)(f"reusing the finished run in {run_config.output_dir}")
                     records.append(run_record(run_config, method, history, reused_wall_s(history)))
                 else:

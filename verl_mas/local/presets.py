@@ -40,7 +40,7 @@ SMOKE_OVERRIDES = {
 CODE_TOOL_OVERRIDES = {
     "env_options": {"tool_mode": "code"},
     "sampling": {"max_new_tokens": 480},
-    "warm_start": {"tasks": 1024, "epochs": 12, "play_skill": 1.0},
+    "warm_start": {"tasks": 1024, "epochs": 24, "play_skill": 1.0},
     "update": {"lr": 3e-5},
     "output_dir": "runs/code_tool",
 }

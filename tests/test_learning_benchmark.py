@@ -1,0 +1,77 @@
+"""benchmarks/learning.py --collect: the table from saved runs, finished or stopped early, training nothing."""
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from verl_mas.local.train import CONFIG_FILE, config_json
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+
+
+@pytest.fixture(scope="module")
+def learning():
+    spec = importlib.util.spec_from_file_location("learning_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def save_run(learning, out: Path, seed: int, method: str, rows: list[dict], config_changes: dict | None = None) -> None:
+    config = dataclasses.replace(learning.env_config("plan_path", ["default"], {}, 4), seed=seed)
+    folder = out / "plan_path" / f"seed{seed}"
+    agents = "team" if learning.METHODS[method].team else "single"
+    config = learning.method_config(config, method, str(folder / f"warm_start_{agents}"), folder / method)
+    saved = dataclasses.replace(config, **(config_changes or {}))
+    run = Path(config.output_dir)
+    run.mkdir(parents=True)
+    (run / CONFIG_FILE).write_text(config_json(saved))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_collect_reports_finished_and_stopped_runs_and_refuses_other_configs(learning, tmp_path):
+    out = tmp_path / "table"
+    save_run(learning, out, 0, "mas_no_rl", [{"step": 0, "eval/success": 0.5, "eval_sampled/success": 0.25}])
+    stopped = [
+        {"step": 0, "eval/success": 0.5, "eval_sampled/success": 0.25},
+        {"step": 1, "time/step_s": 2.0},
+        {"step": 2, "time/step_s": 2.0, "eval/success": 0.75, "eval_sampled/success": 0.5, "time/eval_s": 1.0},
+        {"step": 3, "time/step_s": 2.0},
+    ]
+    save_run(learning, out, 0, "at_grpo_shared", stopped)
+    finished = [{"step": 0, "eval/success": 0.25}, *({"step": s, "time/step_s": 1.0} for s in (1, 2, 3))]
+    save_run(learning, out, 1, "at_grpo_shared", [*finished, {"step": 4, "eval/success": 0.5}])
+    save_run(learning, out, 1, "mas_no_rl", [{"step": 0, "eval/success": 0.9}], {"k": 8})  # another setting
+    args = ["--envs", "plan_path", "--seeds", "0", "1", "--methods", "mas_no_rl", "at_grpo_shared"]
+    learning.main([*args, "--steps", "4", "--out", str(out), "--collect"])
+
+    report = json.loads((out / learning.RESULTS_FILE).read_text())
+    runs = {(r["method"], r["seed"]): r for r in report["runs"]}
+    assert runs["at_grpo_shared", 0]["stopped_at"] == 3 and runs["at_grpo_shared", 0]["evals"] == [[0, 0.5], [2, 0.75]]
+    assert runs["at_grpo_shared", 0]["wall_s"] == pytest.approx(7.0)
+    assert runs["at_grpo_shared", 1]["stopped_at"] is None and runs["at_grpo_shared", 1]["evals"][-1] == [4, 0.5]
+    assert runs["mas_no_rl", 0]["stopped_at"] is None and runs["mas_no_rl", 0]["sampled_evals"] == [[0, 0.25]]
+    assert runs["mas_no_rl", 1]["error"].startswith("no saved run of this config")
+    summary = {row["method"]: row for row in report["summary"]}
+    assert summary["at_grpo_shared"]["after_per_seed"] == [0.75, 0.5]
+    assert summary["at_grpo_shared"]["gain_per_seed"] == [0.25, 0.25]
+    assert summary["at_grpo_shared"]["stopped"] == ["seed 0 at step 3 (last eval: step 2)"]
+    assert summary["mas_no_rl"]["seeds"] == [0] and len(summary["mas_no_rl"]["errors"]) == 1
+    assert "seed 0 at step 3 (last eval: step 2)" in out.with_suffix(".md").read_text()
+    # nothing was trained: no warm start folder, and the runs' files are as they were saved
+    assert not list(out.rglob("warm_start_*"))
+    assert len((out / "plan_path" / "seed0" / "at_grpo_shared" / "metrics.jsonl").read_text().splitlines()) == 4
+
+
+def test_collect_needs_an_evaluation(learning, tmp_path):
+    out = tmp_path / "table"
+    save_run(learning, out, 0, "single_grpo", [{"step": 1, "time/step_s": 1.0}])
+    learning.main(["--envs", "plan_path", "--methods", "single_grpo", "--steps", "4", "--out", str(out), "--collect"])
+    (run,) = json.loads((out / learning.RESULTS_FILE).read_text())["runs"]
+    assert run["error"].startswith("no evaluation saved")
