@@ -340,8 +340,8 @@ def markdown_table(lines: list[list[str]]) -> str:
 
 
 def plot_env(env: str, records: list[RunRecord], steps: int, path: Path) -> None:
-    """Held-out success against step, one line per method (mean over seeds, min-max band); a method evaluated only
-    at step 0 (no RL) is a dashed horizontal line."""
+    """Held-out success against step, one line per method (mean over seeds, min-max band; only the steps every seed
+    reached); a method evaluated only at step 0 (no RL) is a dashed horizontal line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -361,7 +361,8 @@ def plot_env(env: str, records: list[RunRecord], steps: int, path: Path) -> None
         if list(by_step) == [0]:
             ax.axhline(statistics.fmean(by_step[0]), linestyle="--", color="gray", label=label)
             continue
-        points = sorted(by_step.items())
+        # a step that some seeds did not reach (--collect of runs stopped early) would mean over fewer seeds
+        points = [(step, values) for step, values in sorted(by_step.items()) if len(values) == seeds]
         x = [step for step, _ in points]
         (line,) = ax.plot(x, [statistics.fmean(v) for _, v in points], marker="o", label=label)
         if seeds > 1:
