@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -33,6 +34,9 @@ class GenerationRequest:
     n: int
     turn: int = 0
     expert: str | None = None
+    # (task, episode, role) positions in the rollout: a batching generator serves a batch in this order, so the
+    # order in which threads finish env steps cannot change which request gets which random draws
+    order: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,51 @@ class Generation:
 
 Generate = Callable[[GenerationRequest], Awaitable[Sequence[Generation]]]
 EnvFactory = Callable[[Task], MultiAgentEnv]
+
+
+@dataclass
+class OffloadedSteps:
+    """The env steps one event loop runs in threads (`blocking_step` envs): while any is in flight, more requests
+    are on their way, and once any has run, requests arrive in the order threads happened to finish.
+
+    A batching generator sets `lockstep`: a step's episode then resumes only once no step is in flight, so that
+    all of them reach their next requests in the same tick. Without it (a server answers each request on its
+    own) an episode goes on as soon as its own step is done.
+    """
+
+    in_flight: int = 0
+    ran: bool = False
+    lockstep: bool = False
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+_offloaded_steps: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OffloadedSteps] = weakref.WeakKeyDictionary()
+
+
+def offloaded_steps() -> OffloadedSteps:
+    """The running event loop's offloaded env steps."""
+    loop = asyncio.get_running_loop()
+    steps = _offloaded_steps.get(loop)
+    if steps is None:
+        steps = _offloaded_steps[loop] = OffloadedSteps()
+        steps.idle.set()
+    return steps
+
+
+async def _step_in_thread(move: Callable[[], StepResult], task: Task, what: str) -> StepResult:
+    steps = offloaded_steps()
+    steps.in_flight += 1
+    steps.ran = True
+    steps.idle.clear()
+    try:
+        result = await asyncio.to_thread(_guard, move, task, what)
+    finally:
+        steps.in_flight -= 1
+        if steps.in_flight == 0:
+            steps.idle.set()
+    if steps.lockstep:  # resume with every other step in flight, whichever thread finished first
+        await steps.idle.wait()
+    return result
 
 
 @dataclass(frozen=True)
@@ -114,7 +163,8 @@ async def rollout_tasks(
 ) -> list[EpisodeResult]:
     """Roll out every task concurrently; results are in task order."""
     _require_unique_uids(tasks)
-    return list(await asyncio.gather(*(rollout_task(t, generate, router, config, env_factory) for t in tasks)))
+    episodes = (rollout_task(t, generate, router, config, env_factory, (i,)) for i, t in enumerate(tasks))
+    return list(await asyncio.gather(*episodes))
 
 
 async def rollout_independent(
@@ -132,7 +182,11 @@ async def rollout_independent(
     _require_unique_uids(tasks)
     single = dataclasses.replace(config, k=1)
     results = await asyncio.gather(
-        *(rollout_task(t, generate, router, single, env_factory) for t in tasks for _ in range(config.k))
+        *(
+            rollout_task(t, generate, router, single, env_factory, (i, j))
+            for i, t in enumerate(tasks)
+            for j in range(config.k)
+        )
     )
     for index, result in enumerate(results):
         result.samples = [dataclasses.replace(s, branch=index % config.k) for s in result.samples]
@@ -145,8 +199,12 @@ async def rollout_task(
     router: PolicyRouter,
     config: RolloutConfig,
     env_factory: EnvFactory = default_env_factory,
+    order: tuple[int, ...] = (),
 ) -> EpisodeResult:
-    """Play one task with tree sampling. Environment exceptions are caught here and recorded."""
+    """Play one task with tree sampling. Environment exceptions are caught here and recorded.
+
+    `order` is the episode's position among those rolled out together (its requests carry it, with the role's).
+    """
     result = EpisodeResult(task=task)
     try:
         state = _guard(lambda: env_factory(task), task, "reset")
@@ -159,9 +217,10 @@ async def rollout_task(
                 for role in workflow.roles:
                     if state.done:
                         break
-                    state = (await _tree_step(state, task, (role,), turn, generate, router, config, result))[role][0]
+                    step = _tree_step(state, task, (role,), turn, generate, router, config, result, order)
+                    state = (await step)[role][0]
             else:
-                chosen = await _tree_step(state, task, workflow.roles, turn, generate, router, config, result)
+                chosen = await _tree_step(state, task, workflow.roles, turn, generate, router, config, result, order)
                 state = _apply_joint(state, task, workflow.roles, chosen)
             result.turns = turn + 1
         result.success = bool(_guard(state.success, task, "success"))
@@ -181,6 +240,7 @@ async def _tree_step(
     router: PolicyRouter,
     config: RolloutConfig,
     result: EpisodeResult,
+    order: tuple[int, ...] = (),
 ) -> dict[str, tuple[MultiAgentEnv, str]]:
     """Sample K candidates for each of `roles` against the same `state`; return each role's best clone and text."""
     requests = [
@@ -192,8 +252,9 @@ async def _tree_step(
             n=config.k,
             turn=turn,
             expert=_guard(lambda r=role: state.expert(r), task, f"expert({role})") if config.with_expert else None,
+            order=(*order, index),
         )
-        for role in roles
+        for index, role in enumerate(roles)
     ]
     generations = await asyncio.gather(*(generate(req) for req in requests))
     best_states: dict[str, tuple[MultiAgentEnv, str]] = {}
@@ -207,7 +268,7 @@ async def _tree_step(
         moves = [lambda b=b, r=req.role, t=g.text: b.step(r, t) for b, g in zip(branches, candidates, strict=True)]
         what = f"step({req.role})"
         if state.blocking_step:
-            steps = await asyncio.gather(*(asyncio.to_thread(_guard, move, task, what) for move in moves))
+            steps = await asyncio.gather(*(_step_in_thread(move, task, what) for move in moves))
         else:
             steps = [_guard(move, task, what) for move in moves]
         rewards = [config.alpha * s.team_reward + s.local_reward for s in steps]

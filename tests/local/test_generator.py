@@ -2,14 +2,19 @@
 
 import asyncio
 import math
+import os
+import time
 
 import pytest
 import torch
 
+from mas_testkit import CounterEnv
+from verl_mas.env import Task
 from verl_mas.local.generator import BatchingGenerator, PolicyModel, SamplingConfig, sample_batch
 from verl_mas.local.model import build_tiny_model
 from verl_mas.local.tokenizer import train_tokenizer
-from verl_mas.rollout import GenerationRequest
+from verl_mas.rollout import GenerationRequest, RolloutConfig, rollout_tasks
+from verl_mas.router import PolicyRouter
 
 CORPUS = [f"the sum of {a} and {b} is {a + b}. move up, then left!" for a in range(20) for b in range(20)]
 
@@ -232,3 +237,45 @@ def test_restoring_the_rng_state_replays_the_same_samples(tokenizer):
     second = run_all(generate, [request(i) for i in range(3)])
     generate.set_rng_state(state)
     assert run_all(generate, [request(i) for i in range(3)]) == first != second
+
+
+class SlowCounterEnv(CounterEnv):
+    """A counter env whose steps block off the event loop for a while that only thread timing decides (as a
+    sandbox run does), so that episodes reach their next request in an order that changes from run to run."""
+
+    @property
+    def blocking_step(self) -> bool:
+        return True
+
+    def step(self, role: str, text: str):
+        time.sleep(os.urandom(1)[0] / 255 * 0.004)
+        return super().step(role, text)
+
+    def clone(self) -> "SlowCounterEnv":
+        other = super().clone()
+        other.__class__ = SlowCounterEnv
+        return other
+
+
+def test_blocking_env_steps_do_not_change_what_is_sampled(tokenizer):
+    """Episodes whose steps finish in threads in a timing-dependent order still get the same samples for the same
+    seed: a batch waits for the steps in flight and is served in the rollout's order, not in arrival order."""
+
+    def factory(task: Task) -> SlowCounterEnv:
+        env = SlowCounterEnv(max_turns=3)
+        env.reset(task)
+        return env
+
+    tasks = [Task(f"t{i}", "counter", i) for i in range(6)]
+    router = PolicyRouter.from_spec("shared", ("a", "b"))
+    model = tiny(tokenizer)
+
+    def rollout_texts() -> list[tuple[str, int, str, int, str]]:
+        generator = BatchingGenerator({"shared": (model, tokenizer)}, SamplingConfig(max_new_tokens=4), seed=5)
+        results = asyncio.run(rollout_tasks(tasks, generator, router, RolloutConfig(k=3), factory))
+        return [(s.task_uid, s.turn, s.role, s.branch, s.text) for r in results for s in r.samples]
+
+    first = rollout_texts()
+    assert len(first) == 6 * 3 * 2 * 3  # every episode plays all its turns: random text is never the target
+    for _ in range(3):
+        assert rollout_texts() == first

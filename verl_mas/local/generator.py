@@ -18,7 +18,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from verl_mas.local.logprob import prefill, scaled_log_softmax
-from verl_mas.rollout import Generation, GenerationRequest
+from verl_mas.rollout import Generation, GenerationRequest, offloaded_steps
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,9 @@ class BatchingGenerator:
     `window_s`, when set), so everything an `asyncio.gather` fans out, however deeply nested, lands in the
     same batch. Requests of policies that share a model are batched together. Sampling runs synchronously
     on the event loop: batch composition then depends only on the order requests were made, so the same
-    seed gives the same samples.
+    seed gives the same samples. Env steps that run in threads (model-written code) would make both depend on
+    which thread finished first, so a batch also waits for those in flight and is then served in the rollout's
+    request order.
     """
 
     def __init__(
@@ -241,6 +243,7 @@ class BatchingGenerator:
             raise KeyError(f"generator: unknown policy {request.policy!r}; known: {sorted(self.policies)}")
         if request.n < 1:
             raise ValueError(f"generator: request {request.request_id} asks for n={request.n} samples")
+        offloaded_steps().lockstep = True
         future = asyncio.get_running_loop().create_future()
         self._pending.append(_Pending(request, future))
         self.stats.requests += 1
@@ -251,11 +254,16 @@ class BatchingGenerator:
     async def _flush_when_settled(self) -> None:
         if self.window_s > 0:
             await asyncio.sleep(self.window_s)
-        seen = -1
-        while seen != len(self._pending):
+        steps = offloaded_steps()
+        while True:
             seen = len(self._pending)
             await asyncio.sleep(0)
+            if seen == len(self._pending) and steps.in_flight == 0:
+                break
+            await steps.idle.wait()  # each env step in a thread ends in a request or in its episode's end
         batch, self._pending, self._flusher = self._pending, [], None
+        if steps.ran:  # arrivals followed thread timing: serve in the rollout's order instead
+            batch.sort(key=lambda item: item.request.order)
         self.stats.flushes += 1
         by_model: dict[tuple[int, str | None], list[_Pending]] = {}
         for item in batch:
