@@ -273,3 +273,30 @@ def test_expert_moves_longer_than_max_new_tokens_are_reported_at_start(tmp_path)
     messages.clear()
     LocalRun(tiny_config(tmp_path / "room", sampling={"max_new_tokens": 2}), log=messages.append)
     assert not [m for m in messages if m.startswith("warning:")]
+
+
+@pytest.mark.parametrize("lora", [{"rank": 0}, {"rank": 4}])
+def test_policy_lr_sets_one_policys_optimizer_and_the_others_keep_update_lr(tmp_path, lora):
+    config = tiny_config(tmp_path, router="per_role", lora=lora, policy_lr={"blue": 2.5e-3})
+    run = LocalRun(config, log=lambda _: None)
+    lrs = {policy: trainer.optimizer.param_groups[0]["lr"] for policy, trainer in run.trainers.items()}
+    assert lrs == {"red": 1e-2, "blue": 2.5e-3}
+    # and the step really uses it: Adam's first step moves each trained weight by about lr
+    before = {n: p.detach().clone() for n, p in run.trainers["blue"].model.named_parameters() if p.requires_grad}
+    run.train_step(0)
+    moved = [
+        (p.detach() - before[n]).abs().max().item()
+        for n, p in run.trainers["blue"].model.named_parameters()
+        if p.requires_grad and "blue" in n or (not lora["rank"] and p.requires_grad)
+    ]
+    assert max(moved) == pytest.approx(2.5e-3, rel=0.05)
+
+
+def test_policy_lr_refuses_unknown_policies_and_bad_rates(tmp_path):
+    with pytest.raises(ValueError, match="policy_lr names unknown policy 'green'; this router's policies: "):
+        LocalRun(tiny_config(tmp_path, router="per_role", policy_lr={"green": 1e-3}), log=lambda _: None)
+    with pytest.raises(ValueError, match="policy_lr names unknown policy 'red'"):
+        LocalRun(tiny_config(tmp_path, router="shared", policy_lr={"red": 1e-3}), log=lambda _: None)
+    for bad in (0.0, -1e-3, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="policy_lr.red must be a finite number > 0"):
+            tiny_config(tmp_path, router="per_role", policy_lr={"red": bad})

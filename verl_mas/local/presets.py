@@ -92,6 +92,7 @@ KEY_HELP: dict[str, str] = {
     "warm_start": "supervised warm start of tiny models on the environment's expert moves",
     "sampling": "how responses are drawn (the update scores at sampling.temperature)",
     "update": "the PPO update: verl's clipped policy loss with AdamW",
+    "policy_lr": "update.lr for named policies instead, e.g. policy_lr.plan=1e-3 (router=per_role: one per role)",
     "lora": "lora.rank > 0: one base model with one LoRA adapter per policy instead of one model each",
     "rollout_mode": "tree (AT-GRPO) or independent (the no-tree ablation)",
     "resume": "true: continue from the latest checkpoint under output_dir; or a checkpoint path",

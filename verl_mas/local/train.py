@@ -147,6 +147,9 @@ class LocalTrainConfig:
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0, max_new_tokens=24))
     update: UpdateConfig = field(default_factory=lambda: UpdateConfig(lr=3e-4, weight_decay=0.0))
+    # update.lr for the named policies instead (with router=per_role a policy is a role): a role whose replies are
+    # short can take steps that would break another role's long program.
+    policy_lr: dict[str, float] = field(default_factory=dict)
     lora: LoraSpec = field(default_factory=LoraSpec)
     rollout_mode: RolloutMode = "tree"  # "independent": the no-tree ablation, K whole episodes per task
     resume: bool | str = False  # true: the latest checkpoint under output_dir, if any; a path: that checkpoint
@@ -177,6 +180,9 @@ class LocalTrainConfig:
         for key in ("k", "tasks_per_step", "eval_tasks", "eval_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        for policy, lr in self.policy_lr.items():
+            if not 0.0 < lr < math.inf:
+                raise ValueError(f"policy_lr.{policy} must be a finite number > 0, got {lr}")
         if self.steps < 0 or self.checkpoint_every < 0 or self.eval_samples < 0:
             raise ValueError("steps, checkpoint_every and eval_samples must be >= 0")
 
@@ -329,6 +335,10 @@ class LocalRun:
         torch.manual_seed(config.seed)
         roles = make_env(config.env, **config.env_options).workflow().roles
         self.router = PolicyRouter.from_spec(config.router, roles)
+        unknown = sorted(set(config.policy_lr) - set(self.router.policies))
+        if unknown:
+            known = list(self.router.policies)
+            raise ValueError(f"policy_lr names unknown policy {unknown[0]!r}; this router's policies: {known}")
         self.env_factory: EnvFactory = default_env_factory
         # Expert moves train the tokenizer and feed the warm start: only a tiny model built from scratch needs them.
         from_scratch = checkpoint is None and not config.model.path
@@ -381,6 +391,10 @@ class LocalRun:
             loss = warm_start(model, self.tokenizer, pairs, self.config.warm_start, self.config.seed)
             self.log(f"warm start {name}: {len(pairs)} expert moves, final loss {loss:.3f}")
 
+    def _update_config(self, policy: str) -> UpdateConfig:
+        lr = self.config.policy_lr.get(policy, self.config.update.lr)
+        return dataclasses.replace(self.config.update, lr=lr)
+
     def _whole_model_policies(self, pairs: list[ExpertPair]) -> Policies:
         """One whole model per policy, each warm-started on its own roles' expert moves."""
         models, trainers, served = {}, {}, {}
@@ -388,7 +402,7 @@ class LocalRun:
             model = self._model(index)
             self._warm_start(policy, model, [(messages, move) for p, messages, move in pairs if p == policy])
             models[policy] = model
-            trainers[policy] = PolicyTrainer(model, self.config.update)
+            trainers[policy] = PolicyTrainer(model, self._update_config(policy))
             served[policy] = PolicyModel(model, self.tokenizer)
         return models, trainers, served
 
@@ -410,7 +424,9 @@ class LocalRun:
             model = get_peft_model(base, lora, adapter_name=policies[0])
             for policy in policies[1:]:
                 model.add_adapter(policy, lora)
-        trainers = {policy: PolicyTrainer(model, self.config.update, adapter_name=policy) for policy in policies}
+        trainers = {
+            policy: PolicyTrainer(model, self._update_config(policy), adapter_name=policy) for policy in policies
+        }
         served = {policy: PolicyModel(model, self.tokenizer, adapter=policy) for policy in policies}
         return {LORA_BASE_MODEL: model}, trainers, served
 
