@@ -147,8 +147,8 @@ class LocalTrainConfig:
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0, max_new_tokens=24))
     update: UpdateConfig = field(default_factory=lambda: UpdateConfig(lr=3e-4, weight_decay=0.0))
-    # update.lr for the named policies instead (with router=per_role a policy is a role): a role whose replies are
-    # short can take steps that would break another role's long program.
+    # update.lr for the named policies instead (with router=per_role a policy is a role), so that one role's model
+    # can learn at another rate than the rest: a role writing long programs breaks at rates others take.
     policy_lr: dict[str, float] = field(default_factory=dict)
     lora: LoraSpec = field(default_factory=LoraSpec)
     rollout_mode: RolloutMode = "tree"  # "independent": the no-tree ablation, K whole episodes per task
