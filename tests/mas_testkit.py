@@ -76,6 +76,28 @@ class CounterEnv(MultiAgentEnv):
         return str(max(-3, min(3, self.target - self.value)))
 
 
+class BlockingCounterEnv(CounterEnv):
+    """A counter env whose steps block (as a sandbox run does), so the rollout runs them in threads: each step
+    first calls `pause()`, which decides how long it holds its thread. Clones keep the same `pause`."""
+
+    def __init__(self, pause: Callable[[], None], **options) -> None:
+        super().__init__(**options)
+        self.pause = pause
+
+    @property
+    def blocking_step(self) -> bool:
+        return True
+
+    def step(self, role: str, text: str) -> StepResult:
+        self.pause()
+        return super().step(role, text)
+
+    def clone(self) -> BlockingCounterEnv:
+        other = super().clone()
+        other.__class__, other.pause = BlockingCounterEnv, self.pause
+        return other
+
+
 if "counter" not in ENVS:
     register_env("counter")(CounterEnv)
 

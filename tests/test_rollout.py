@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mas_testkit import CounterEnv, ScriptedGenerator, spread_script
+from mas_testkit import BlockingCounterEnv, CounterEnv, ScriptedGenerator, spread_script
 from verl_mas.env import Task
 from verl_mas.rollout import Generation, RolloutConfig, offloaded_steps, rollout_task, rollout_tasks
 from verl_mas.router import PolicyRouter
@@ -211,36 +211,32 @@ def test_blocking_steps_run_off_the_event_loop(monkeypatch):
     assert [s.continued for s in ep.samples] == [False] * 4 + [True] + [False] * 3 + [True, False]
 
 
-class SleepyCounterEnv(CounterEnv):
-    """A counter env whose steps run in threads (`blocking_step`); task t0's steps sleep, counted in `sleeping`."""
+class SleepCount:
+    """How many steps are asleep right now (steps run in threads)."""
 
-    sleeping = 0
-    lock = threading.Lock()
+    def __init__(self) -> None:
+        self.asleep = 0
+        self.lock = threading.Lock()
 
-    @property
-    def blocking_step(self) -> bool:
-        return True
-
-    def step(self, role: str, text: str):
-        if self.uid == "t0":
-            with self.lock:
-                SleepyCounterEnv.sleeping += 1
-            time.sleep(0.2)
-            with self.lock:
-                SleepyCounterEnv.sleeping -= 1
-        return super().step(role, text)
-
-    def clone(self) -> SleepyCounterEnv:
-        other = super().clone()
-        other.__class__, other.uid = SleepyCounterEnv, self.uid
-        return other
+    def sleep(self, seconds: float) -> None:
+        with self.lock:
+            self.asleep += 1
+        time.sleep(seconds)
+        with self.lock:
+            self.asleep -= 1
 
 
-def sleepy_factory(task: Task) -> SleepyCounterEnv:
-    env = SleepyCounterEnv(max_turns=2, roles=("a",))
-    env.reset(task)
-    env.target, env.uid = 9, task.uid
-    return env
+def sleepy_factory(sleeps: SleepCount):
+    """Task t0's steps sleep 0.2 s each, the others' none."""
+
+    def make(task: Task) -> BlockingCounterEnv:
+        pause = (lambda: sleeps.sleep(0.2)) if task.uid == "t0" else (lambda: None)
+        env = BlockingCounterEnv(pause, max_turns=2, roles=("a",))
+        env.reset(task)
+        env.target = 9
+        return env
+
+    return make
 
 
 @pytest.mark.parametrize("lockstep", [False, True])
@@ -248,15 +244,16 @@ def test_episodes_wait_for_each_others_thread_steps_only_in_lockstep(lockstep):
     """Without lockstep (a server answers each request alone) a fast episode plays on while a slow step runs;
     with it (a batching generator) no episode asks again while any step is in flight."""
     calls: list[tuple[str, int, tuple[int, ...], bool]] = []
+    sleeps = SleepCount()
 
     async def generate(request):
         offloaded_steps().lockstep = lockstep
-        calls.append((request.request_id, request.turn, request.order, SleepyCounterEnv.sleeping > 0))
+        calls.append((request.request_id, request.turn, request.order, sleeps.asleep > 0))
         return [Generation("1", (), ())] * request.n
 
     tasks = [Task("t0", "counter", 0), Task("t1", "counter", 1)]
     router = PolicyRouter.from_spec("shared", ("a",))
-    results = asyncio.run(rollout_tasks(tasks, generate, router, RolloutConfig(k=2), sleepy_factory))
+    results = asyncio.run(rollout_tasks(tasks, generate, router, RolloutConfig(k=2), sleepy_factory(sleeps)))
     assert [r.turns for r in results] == [2, 2] and all(r.error is None for r in results)
     assert calls[:2] == [("t0/a", 0, (0, 0), False), ("t1/a", 0, (1, 0), False)]
     if lockstep:

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from mas_testkit import CounterEnv
+from mas_testkit import BlockingCounterEnv
 from verl_mas.env import Task
 from verl_mas.local.generator import BatchingGenerator, PolicyModel, SamplingConfig, sample_batch
 from verl_mas.local.model import build_tiny_model
@@ -239,30 +239,13 @@ def test_restoring_the_rng_state_replays_the_same_samples(tokenizer):
     assert run_all(generate, [request(i) for i in range(3)]) == first != second
 
 
-class SlowCounterEnv(CounterEnv):
-    """A counter env whose steps block off the event loop for a while that only thread timing decides (as a
-    sandbox run does), so that episodes reach their next request in an order that changes from run to run."""
-
-    @property
-    def blocking_step(self) -> bool:
-        return True
-
-    def step(self, role: str, text: str):
-        time.sleep(os.urandom(1)[0] / 255 * 0.004)
-        return super().step(role, text)
-
-    def clone(self) -> "SlowCounterEnv":
-        other = super().clone()
-        other.__class__ = SlowCounterEnv
-        return other
-
-
 def test_blocking_env_steps_do_not_change_what_is_sampled(tokenizer):
     """Episodes whose steps finish in threads in a timing-dependent order still get the same samples for the same
     seed: a batch waits for the steps in flight and is served in the rollout's order, not in arrival order."""
 
-    def factory(task: Task) -> SlowCounterEnv:
-        env = SlowCounterEnv(max_turns=3)
+    def factory(task: Task) -> BlockingCounterEnv:
+        # a while that only thread timing decides, so episodes reach their next request in an order that changes
+        env = BlockingCounterEnv(lambda: time.sleep(os.urandom(1)[0] / 255 * 0.004), max_turns=3)
         env.reset(task)
         return env
 

@@ -183,21 +183,16 @@ def test_warm_start_lr_schedule_must_be_known():
     "env, options", [("plan_path", {}), ("sokoban", {"size": 5, "boxes": 1}), ("sudoku", {"size": 4})]
 )
 def test_code_tool_preset_leaves_room_for_each_envs_whole_program(env, options):
-    from verl_mas.local.presets import resolve_train_config
+    from verl_mas.local.presets import apply_train_overrides, resolve_train_config
     from verl_mas.local.train import expert_moves_cut
     from verl_mas.router import PolicyRouter
 
     config = resolve_train_config({"preset": "code_tool", "env": env, "env_options": options})
     assert config.env_options["tool_mode"] == "code" and config.warm_start.play_skill == 1.0
-    pairs = collect_expert_pairs(apply_tasks(config, 6), PolicyRouter.from_spec("shared", ("tool", "plan")))
+    six_tasks = apply_train_overrides(config, {"warm_start": {"tasks": 6}})
+    pairs = collect_expert_pairs(six_tasks, PolicyRouter.from_spec("shared", ("tool", "plan")))
     programs = [move for _, _, move in pairs if move.startswith("```python")]
     assert len(programs) == 6 and all("print(" in program for program in programs)  # the expert solves in one turn
     tokenizer = expert_tokenizer(pairs, config.model.vocab_size)
     cut, longest = expert_moves_cut(tokenizer, pairs, config.sampling.max_new_tokens)
     assert cut == 0 and longest > 300  # a whole program with its eos, not a short compact move
-
-
-def apply_tasks(config: LocalTrainConfig, tasks: int) -> LocalTrainConfig:
-    from verl_mas.local.presets import apply_train_overrides
-
-    return apply_train_overrides(config, {"warm_start": {"tasks": tasks}})
