@@ -67,7 +67,7 @@ def _coerce(value: Any, current: Any, key: str, annotation: Any) -> Any:
     members = [member.strip() for member in str(annotation).split("|")]
     if len(members) > 1 and all(member in _SIMPLE_TYPE_NAMES for member in members):
         return _coerce_union(value, members, key)
-    if isinstance(current, tuple) and isinstance(value, list):
+    if isinstance(value, list) and (isinstance(current, tuple) or str(annotation).startswith("tuple")):
         return tuple(value)
     if isinstance(current, bool) and not isinstance(value, bool):
         raise ValueError(f"config key {key!r} expects true/false, got {value!r}")

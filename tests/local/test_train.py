@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 
@@ -156,6 +157,67 @@ def test_warm_start_loss_is_the_mean_cross_entropy_of_the_expert_tokens():
     # lr 0 and one batch holding every example: the returned loss is the untouched model's loss.
     config = WarmStartConfig(epochs=1, lr=0.0, lr_schedule="constant", batch_size=len(examples))
     assert warm_start(model, tokenizer, examples, config, seed=0) == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_warm_start_corrupts_only_the_named_roles_and_keeps_their_corruptions():
+    import asyncio
+
+    from verl_mas.local.train import ExpertRecorder
+    from verl_mas.rollout import GenerationRequest
+
+    def request(role: str) -> GenerationRequest:
+        messages = ({"role": "user", "content": "board"},)
+        return GenerationRequest(f"task/{role}", "shared", role, messages, n=1, turn=0, expert="Actions: U R R")
+
+    def played(recorder: ExpertRecorder) -> dict[str, str]:
+        return {role: asyncio.run(recorder(request(role)))[0].text for role in ("tool", "plan")}
+
+    every_role = played(ExpertRecorder(play_skill=0.0, seed=3))
+    plan_only = played(ExpertRecorder(play_skill=0.0, seed=3, corrupt_roles=("plan",)))
+    assert every_role["tool"] != "Actions: U R R" and every_role["plan"] != "Actions: U R R"
+    # The exempt tool plays the expert; the plan's corruption is the very one it gets when every role is corrupted.
+    assert plan_only == {"tool": "Actions: U R R", "plan": every_role["plan"]}
+    assert played(ExpertRecorder(play_skill=0.0, seed=3, corrupt_roles=())) == {"tool": "Actions: U R R"} | {
+        "plan": "Actions: U R R"
+    }
+
+
+def test_warm_start_with_only_plan_moves_corrupted_covers_later_turns_with_proposals_worth_copying():
+    import re
+
+    from verl_mas.router import PolicyRouter
+
+    options = {"size": 5, "wall_ratio": 0.2, "tool_mode": "code", "max_turns": 3, "brief_prompts": True}
+    config = LocalTrainConfig(
+        env_options=options, warm_start=WarmStartConfig(tasks=3, play_skill=0.0, corrupt_roles=("plan",))
+    )
+    pairs = collect_expert_pairs(config, PolicyRouter.from_spec("shared", ("tool", "plan")))
+    # The plan never plays right, so every episode runs all 3 turns; the tool's program runs at every turn.
+    assert len(pairs) == 3 * 3 * 2
+    plan_prompts = [(m[-1]["content"], move) for _, m, move in pairs if not move.startswith("```python")]
+    assert {prompt.split(".")[0] for prompt, _ in plan_prompts} == {"Turn 1 of 3", "Turn 2 of 3", "Turn 3 of 3"}
+    for prompt, move in plan_prompts:
+        # The expert program's proposal is the plan's label: copying it is always right.
+        proposed = re.search(r"The tool agent proposed: ([UDLR ]+) ->", prompt)
+        assert proposed is not None and f"Actions: {proposed.group(1)}" == move
+
+
+def test_warm_start_corrupt_roles_must_be_role_names(tmp_path):
+    from verl_mas.local.presets import resolve_train_config
+    from verl_mas.local.train import LocalRun, read_config
+    from verl_mas.overrides import parse_overrides
+
+    config = resolve_train_config(parse_overrides(["warm_start.corrupt_roles=[plan]", f"output_dir={tmp_path}"]))
+    assert config.warm_start.corrupt_roles == ("plan",)
+    (tmp_path / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
+    assert read_config(tmp_path / "config.json").warm_start.corrupt_roles == ("plan",)
+    with pytest.raises(ValueError, match="corrupt_roles must be a list of role names, got 'plan'"):
+        resolve_train_config(parse_overrides(["warm_start.corrupt_roles=plan"]))
+    bogus = resolve_train_config(parse_overrides(["warm_start.corrupt_roles=[critic]", f"output_dir={tmp_path}"]))
+    with pytest.raises(
+        ValueError, match=r"corrupt_roles names unknown role 'critic'; plan_path's roles: \['tool', 'plan'\]"
+    ):
+        LocalRun(bogus, log=lambda _: None)
 
 
 def test_warm_start_play_skill_is_a_probability():

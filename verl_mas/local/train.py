@@ -9,7 +9,7 @@ import math
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -94,10 +94,18 @@ class WarmStartConfig:
     # Probability that the move played along a warm-start episode is the expert's (else a corrupted copy); the
     # label is always the expert's move. Below 1, the data also holds later turns and wrong proposals to fix.
     play_skill: float = 0.5
+    # The roles whose played moves may be corrupted (None: every role); the others always play the expert's move.
+    # With only the plan's moves corrupted, the tool's proposals stay right, so the data holds later turns whose
+    # proposals are still worth copying.
+    corrupt_roles: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.play_skill <= 1.0:
             raise ValueError(f"warm_start.play_skill must be in [0, 1], got {self.play_skill}")
+        if self.corrupt_roles is not None and not (
+            isinstance(self.corrupt_roles, tuple) and all(isinstance(role, str) for role in self.corrupt_roles)
+        ):
+            raise ValueError(f"warm_start.corrupt_roles must be a list of role names, got {self.corrupt_roles!r}")
         if self.lr_schedule not in WARM_START_SCHEDULES:
             raise ValueError(f"warm_start.lr_schedule must be one of {WARM_START_SCHEDULES}, got {self.lr_schedule!r}")
 
@@ -220,11 +228,13 @@ def make_tasks(config: LocalTrainConfig, split: Literal["train", "eval"], start:
 
 class ExpertRecorder:
     """A `Generate` that records (policy, prompt, expert move) for the warm start and plays the expert's move with
-    probability `play_skill`, else a corrupted copy (deterministic in seed, request and turn)."""
+    probability `play_skill`, else a corrupted copy (deterministic in seed, request and turn). Only the moves of
+    `corrupt_roles` (None: every role) are ever corrupted."""
 
-    def __init__(self, play_skill: float = 1.0, seed: int = 0) -> None:
+    def __init__(self, play_skill: float = 1.0, seed: int = 0, corrupt_roles: tuple[str, ...] | None = None) -> None:
         self.play_skill = play_skill
         self.seed = seed
+        self.corrupt_roles = None if corrupt_roles is None else frozenset(corrupt_roles)
         self.pairs: list[tuple[str, tuple[Message, ...], str]] = []
 
     async def __call__(self, request: GenerationRequest) -> list[Generation]:
@@ -232,13 +242,14 @@ class ExpertRecorder:
             raise ValueError(f"the environment gives no expert move for {request.request_id}: no warm start possible")
         self.pairs.append((request.policy, request.messages, request.expert))
         rng = random.Random(f"{self.seed}|{request.request_id}|{request.turn}")
-        played = request.expert if rng.random() < self.play_skill else corrupt(request.expert, rng)
+        exempt = self.corrupt_roles is not None and request.role not in self.corrupt_roles
+        played = request.expert if exempt or rng.random() < self.play_skill else corrupt(request.expert, rng)
         return [Generation(text=played, prompt_ids=(), response_ids=())] * request.n
 
 
 def collect_expert_pairs(config: LocalTrainConfig, router: PolicyRouter) -> list[tuple[str, tuple[Message, ...], str]]:
     """Expert moves at the states of warm-start episodes on training boards (never evaluation ones)."""
-    recorder = ExpertRecorder(config.warm_start.play_skill, config.seed)
+    recorder = ExpertRecorder(config.warm_start.play_skill, config.seed, config.warm_start.corrupt_roles)
     tasks = make_tasks(config, "train", WARM_START_FIRST_INDEX, config.warm_start.tasks)
     asyncio.run(rollout_tasks(tasks, recorder, router, RolloutConfig(k=1, with_expert=True)))
     return recorder.pairs
@@ -316,6 +327,12 @@ def sample_advantages(samples: list[Sample], grouping: Grouping) -> torch.Tensor
     return advantages[:, 0]
 
 
+def _require_known(key: str, kind: str, names: Iterable[str], known: Sequence[str], known_label: str) -> None:
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise ValueError(f"{key} names unknown {kind} {unknown[0]!r}; {known_label}: {list(known)}")
+
+
 class LocalRun:
     """One local training run's state: models (or adapters), trainers, generators, and its output folder.
 
@@ -335,10 +352,9 @@ class LocalRun:
         torch.manual_seed(config.seed)
         roles = make_env(config.env, **config.env_options).workflow().roles
         self.router = PolicyRouter.from_spec(config.router, roles)
-        unknown = sorted(set(config.policy_lr) - set(self.router.policies))
-        if unknown:
-            known = list(self.router.policies)
-            raise ValueError(f"policy_lr names unknown policy {unknown[0]!r}; this router's policies: {known}")
+        _require_known("policy_lr", "policy", config.policy_lr, self.router.policies, "this router's policies")
+        corrupt_roles = config.warm_start.corrupt_roles or ()
+        _require_known("warm_start.corrupt_roles", "role", corrupt_roles, roles, f"{config.env}'s roles")
         self.env_factory: EnvFactory = default_env_factory
         # Expert moves train the tokenizer and feed the warm start: only a tiny model built from scratch needs them.
         from_scratch = checkpoint is None and not config.model.path
