@@ -35,13 +35,15 @@ SMOKE_OVERRIDES = {
 
 # The paper's tool agent writes a program that the sandbox runs (up to 458 tokens with the local tokenizer, on
 # Sokoban). The warm start plays only correct programs, so that the plan agent learns to copy a proposal that works,
-# for 24 epochs: after 12 the copy worked on one seed of five (docs/results/learning_code_gpu.md).
+# and corrupts half the plan's moves, so that turns 2 and 3 (a program again, then a copy) are learnt too; without
+# them a failed first copy was never recovered (docs/results/learning_code_turns.md). 24 epochs: after 12 the copy
+# worked on one seed of five (docs/results/learning_code_gpu.md).
 # The update lr is lower because one negative sample pushes down every token of a long program that it shares with
 # the good ones (docs/results/learning_code_mode.md).
 CODE_TOOL_OVERRIDES = {
     "env_options": {"tool_mode": "code"},
     "sampling": {"max_new_tokens": 480},
-    "warm_start": {"tasks": 1024, "epochs": 24, "play_skill": 1.0},
+    "warm_start": {"tasks": 1024, "epochs": 24, "play_skill": 0.5, "corrupt_roles": ["plan"]},
     "update": {"lr": 3e-5},
     "output_dir": "runs/code_tool",
 }
