@@ -177,9 +177,8 @@ def test_warm_start_corrupts_only_the_named_roles_and_keeps_their_corruptions():
     assert every_role["tool"] != "Actions: U R R" and every_role["plan"] != "Actions: U R R"
     # The exempt tool plays the expert; the plan's corruption is the very one it gets when every role is corrupted.
     assert plan_only == {"tool": "Actions: U R R", "plan": every_role["plan"]}
-    assert played(ExpertRecorder(play_skill=0.0, seed=3, corrupt_roles=())) == {"tool": "Actions: U R R"} | {
-        "plan": "Actions: U R R"
-    }
+    no_role = played(ExpertRecorder(play_skill=0.0, seed=3, corrupt_roles=()))
+    assert no_role == {"tool": "Actions: U R R", "plan": "Actions: U R R"}
 
 
 def test_warm_start_with_only_plan_moves_corrupted_covers_later_turns_with_proposals_worth_copying():
