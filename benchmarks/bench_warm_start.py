@@ -64,7 +64,7 @@ def main() -> None:
     tokenizer = expert_tokenizer(pairs, config.model.vocab_size)
     spec = config.model
     model = build_tiny_model(len(tokenizer), spec.hidden, spec.layers, spec.heads, spec.max_positions, seed=0)
-    examples = [(messages, move) for _, messages, move in pairs]
+    examples = [(pair.messages, pair.move) for pair in pairs]
     one_epoch = WarmStartConfig(
         epochs=1, lr=config.warm_start.lr, batch_size=config.warm_start.batch_size, lr_schedule="constant"
     )

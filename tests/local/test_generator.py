@@ -183,6 +183,41 @@ def test_mixed_lengths_stop_at_eos_or_at_max_new_tokens(tokenizer):
     assert min(lengths) < limit and any(g.response_ids[-1] != eos for g in gens), lengths
 
 
+def test_a_roles_token_limit_caps_its_rows_in_a_shared_batch(tokenizer):
+    model = with_logit_bias(tiny(tokenizer), {tokenizer.eos_token_id: -1e4})  # never stops: every row hits its limit
+    sizes = count_forwards(model)
+    sampling = SamplingConfig(max_new_tokens=7, role_max_new_tokens={"plan": 2})
+
+    def role_request(i: int, role: str) -> GenerationRequest:
+        messages = ({"role": "user", "content": f"sum {i}"},)
+        return GenerationRequest(f"task{i}/{role}", "p", role, messages, n=2)
+
+    generate = BatchingGenerator({"p": (model, tokenizer)}, sampling, seed=1)
+    results = run_all(generate, [role_request(0, "plan"), role_request(1, "tool"), role_request(2, "plan")])
+    assert [[len(g.response_ids) for g in gens] for gens in results] == [[2, 2], [7, 7], [2, 2]]
+    assert all(len(g.logprobs) == len(g.response_ids) for gens in results for g in gens)
+    # One batch: prefill and the first decode step carry all six rows, then the two tool rows go on alone.
+    assert sizes == [3, 6, 2, 2, 2, 2, 2]
+
+
+def test_row_limits_equal_to_max_new_tokens_draw_exactly_the_same_samples(tokenizer):
+    model = tiny(tokenizer, seed=2)
+    prompts = [tokenizer.encode(f"sum {i} and {i}", add_special_tokens=False) for i in range(3)]
+    eos, pad = frozenset({tokenizer.eos_token_id}), tokenizer.pad_token_id
+    config = SamplingConfig(max_new_tokens=6)
+
+    def draw(**kw):
+        return sample_batch(
+            model, prompts, config, eos_ids=eos, pad_id=pad, generator=torch.Generator().manual_seed(0), **kw
+        )
+
+    assert draw() == draw(row_limits=[6, 6, 6])
+    with pytest.raises(ValueError, match="one token limit >= 1 per prompt row"):
+        draw(row_limits=[6, 0, 6])
+    with pytest.raises(ValueError, match="role_max_new_tokens.plan must be an integer >= 1, got 0"):
+        SamplingConfig(role_max_new_tokens={"plan": 0})
+
+
 def test_same_seed_same_samples_other_seed_other_samples(tokenizer):
     model = tiny(tokenizer)
 

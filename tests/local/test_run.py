@@ -13,9 +13,10 @@ import torch
 from verl_mas.cli import main
 from verl_mas.env import ENVS, MultiAgentEnv, StepResult, Task, Workflow, register_env
 from verl_mas.local.presets import apply_train_overrides
-from verl_mas.local.train import LocalRun, LocalTrainConfig, render_prompt, train
+from verl_mas.local.train import LocalRun, LocalTrainConfig, collect_expert_pairs, render_prompt, train
 from verl_mas.overrides import apply_overrides
 from verl_mas.rollout import GenerationRequest
+from verl_mas.router import PolicyRouter
 from verl_mas.sample import Sample, samples_to_tensors
 
 
@@ -273,6 +274,17 @@ def test_expert_moves_longer_than_max_new_tokens_are_reported_at_start(tmp_path)
     messages.clear()
     LocalRun(tiny_config(tmp_path / "room", sampling={"max_new_tokens": 2}), log=messages.append)
     assert not [m for m in messages if m.startswith("warning:")]
+    # A role's own limit is checked against that role's moves only, and the warning names its key.
+    one_role = tiny_config(tmp_path / "red", sampling={"max_new_tokens": 2, "role_max_new_tokens": {"red": 1}})
+    LocalRun(one_role, log=messages.append)
+    (warning,) = [m for m in messages if m.startswith("warning:")]
+    cut, moves = map(int, re.search(r"warning: (\d+) of (\d+) expert moves", warning).groups())
+    assert cut == moves and "longer than sampling.role_max_new_tokens.red=1 " in warning
+    pairs = collect_expert_pairs(one_role, PolicyRouter.from_spec("shared", ("red", "blue")))
+    assert moves == sum(pair.role == "red" for pair in pairs) < len(pairs)
+    unknown_role = tiny_config(tmp_path / "x", sampling={"role_max_new_tokens": {"green": 3}})
+    with pytest.raises(ValueError, match=r"role_max_new_tokens names unknown role 'green'; say_digit's roles: "):
+        LocalRun(unknown_role, log=lambda _: None)
 
 
 @pytest.mark.parametrize("lora", [{"rank": 0}, {"rank": 4}])

@@ -120,14 +120,15 @@ def test_warm_start_states_come_from_mixed_play_but_labels_are_the_experts():
         LocalTrainConfig(env_options=options, warm_start=WarmStartConfig(tasks=3, play_skill=1.0)), router
     )
     # The expert solves a board in one turn: one tool and one plan move per task, all on turn 1.
-    assert len(expert_only) == 6 and all("Turn 1 of 3" in messages[-1]["content"] for _, messages, _ in expert_only)
+    assert len(expert_only) == 6 and all("Turn 1 of 3" in p.messages[-1]["content"] for p in expert_only)
     never_expert = collect_expert_pairs(
         LocalTrainConfig(env_options=options, warm_start=WarmStartConfig(tasks=3, play_skill=0.0)), router
     )
     # Corrupted play never solves, so every episode runs all 3 turns and the data covers turns 2 and 3.
     assert len(never_expert) == 3 * 3 * 2
-    assert {m[-1]["content"].split(".")[0] for _, m, _ in never_expert} == {"Turn 1 of 3", "Turn 2 of 3", "Turn 3 of 3"}
-    assert all(move.startswith("Actions: ") and len(move.split()) > 1 for _, _, move in never_expert)
+    turns = {p.messages[-1]["content"].split(".")[0] for p in never_expert}
+    assert turns == {"Turn 1 of 3", "Turn 2 of 3", "Turn 3 of 3"}
+    assert all(p.move.startswith("Actions: ") and len(p.move.split()) > 1 for p in never_expert)
 
 
 def test_warm_start_loss_is_the_mean_cross_entropy_of_the_expert_tokens():
@@ -139,7 +140,7 @@ def test_warm_start_loss_is_the_mean_cross_entropy_of_the_expert_tokens():
     pairs = collect_expert_pairs(LocalTrainConfig(env_options=options, warm_start=WarmStartConfig(tasks=3)), router)
     tokenizer = expert_tokenizer(pairs, 300)
     model = build_tiny_model(len(tokenizer), hidden=32, layers=1, heads=4, seed=3)
-    examples = [(messages, move) for _, messages, move in pairs]
+    examples = [(pair.messages, pair.move) for pair in pairs]
     # The reference: transformers' own label loss on right-padded prompt + response rows, prompts masked out.
     rows = [render_prompt(tokenizer, m) + tokenizer.encode(mv, add_special_tokens=False) for m, mv in examples]
     rows = [(row, len(render_prompt(tokenizer, m))) for row, (m, _) in zip(rows, examples, strict=True)]
@@ -193,7 +194,8 @@ def test_warm_start_with_only_plan_moves_corrupted_covers_later_turns_with_propo
     pairs = collect_expert_pairs(config, PolicyRouter.from_spec("shared", ("tool", "plan")))
     # The plan never plays right, so every episode runs all 3 turns; the tool's program runs at every turn.
     assert len(pairs) == 3 * 3 * 2
-    plan_prompts = [(m[-1]["content"], move) for _, m, move in pairs if not move.startswith("```python")]
+    plan_prompts = [(pair.messages[-1]["content"], pair.move) for pair in pairs if pair.role == "plan"]
+    assert all(pair.move.startswith("```python") for pair in pairs if pair.role == "tool")
     assert {prompt.split(".")[0] for prompt, _ in plan_prompts} == {"Turn 1 of 3", "Turn 2 of 3", "Turn 3 of 3"}
     for prompt, move in plan_prompts:
         # The expert program's proposal is the plan's label: copying it is always right.
@@ -252,9 +254,9 @@ def test_code_tool_preset_leaves_room_for_each_envs_whole_program(env, options):
     assert config.env_options["tool_mode"] == "code" and config.warm_start.corrupt_roles == ("plan",)
     six_tasks = apply_train_overrides(config, {"warm_start": {"tasks": 6}})
     pairs = collect_expert_pairs(six_tasks, PolicyRouter.from_spec("shared", ("tool", "plan")))
-    programs = [move for _, _, move in pairs if move.startswith("```python")]
+    programs = [pair.move for pair in pairs if pair.move.startswith("```python")]
     # Every tool move is the program, one per turn played; a corrupted plan move adds a turn.
     assert len(programs) == len(pairs) // 2 >= 6 and all("print(" in program for program in programs)
     tokenizer = expert_tokenizer(pairs, config.model.vocab_size)
-    cut, longest = expert_moves_cut(tokenizer, pairs, config.sampling.max_new_tokens)
-    assert cut == 0 and longest > 300  # a whole program with its eos, not a short compact move
+    (cut,) = expert_moves_cut(tokenizer, pairs, config.sampling)
+    assert cut.cut == 0 and cut.longest > 300  # a whole program with its eos, not a short compact move

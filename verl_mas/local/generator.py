@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -23,13 +23,18 @@ from verl_mas.rollout import Generation, GenerationRequest, offloaded_steps
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """How responses are drawn. `top_k` 0 and `top_p` 1.0 disable truncation; `greedy` takes the argmax."""
+    """How responses are drawn. `top_k` 0 and `top_p` 1.0 disable truncation; `greedy` takes the argmax.
+
+    `role_max_new_tokens` replaces `max_new_tokens` for the named roles: a plan agent's list of moves needs far fewer
+    tokens than a tool agent's program, and a confused policy otherwise runs on to the longer limit.
+    """
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
     max_new_tokens: int = 64
     greedy: bool = False
+    role_max_new_tokens: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.temperature <= 0:
@@ -40,6 +45,15 @@ class SamplingConfig:
             raise ValueError(f"sampling.top_k must be >= 0 (0: off), got {self.top_k}")
         if self.max_new_tokens < 1:
             raise ValueError(f"sampling.max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        for role, limit in self.role_max_new_tokens.items():
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ValueError(f"sampling.role_max_new_tokens.{role} must be an integer >= 1, got {limit!r}")
+
+    def limit_for(self, role: str) -> tuple[str, int]:
+        """The config key that limits `role`'s replies, and its value."""
+        if role in self.role_max_new_tokens:
+            return f"sampling.role_max_new_tokens.{role}", self.role_max_new_tokens[role]
+        return "sampling.max_new_tokens", self.max_new_tokens
 
 
 @dataclass(frozen=True)
@@ -117,21 +131,27 @@ def sample_batch(
     pad_id: int,
     generator: torch.Generator,
     stats: GeneratorStats | None = None,
+    row_limits: Sequence[int] | None = None,
 ) -> list[SampledSequence]:
     """Sample one response per prompt row in one batch, with a KV cache.
 
     Identical prompt rows (the n copies of one request) are prefilled once and their cache rows repeated.
     Prompts are left-padded and positions count real tokens only, so a row's result does not depend on what
-    it was batched with. Finished rows are dropped from the batch; a row stops at eos (kept) or max_new_tokens.
+    it was batched with. Finished rows are dropped from the batch; a row stops at eos (kept) or at its token
+    limit: `row_limits[i]` for row i when given, else max_new_tokens.
     """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("sample_batch: every prompt row needs at least one token")
-    limit = getattr(model.config, "max_position_embeddings", None)
+    limits = list(row_limits) if row_limits is not None else [config.max_new_tokens] * len(prompts)
+    if len(limits) != len(prompts) or min(limits) < 1:
+        raise ValueError(f"sample_batch: need one token limit >= 1 per prompt row, got {limits}")
+    position_limit = getattr(model.config, "max_position_embeddings", None)
     longest = max(len(p) for p in prompts)
-    if limit is not None and longest + config.max_new_tokens > limit:
+    row, need = max(enumerate(len(p) + n for p, n in zip(prompts, limits, strict=True)), key=lambda item: item[1])
+    if position_limit is not None and need > position_limit:
         raise ValueError(
-            f"sample_batch: prompt of {longest} tokens + max_new_tokens {config.max_new_tokens} exceeds the "
-            f"model's max_position_embeddings {limit}"
+            f"sample_batch: prompt of {len(prompts[row])} tokens + max_new_tokens {limits[row]} exceeds the "
+            f"model's max_position_embeddings {position_limit}"
         )
     device = next(model.parameters()).device
     unique_index: dict[tuple[int, ...], int] = {}
@@ -159,17 +179,18 @@ def sample_batch(
         next_position = attention_mask.sum(-1)
         active = torch.arange(len(prompts), device=device)  # which output row each batch row is
         eos = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device)
+        row_limit = torch.tensor(limits, dtype=torch.long, device=device)
         responses: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
-        for step in range(config.max_new_tokens):
+        for step in range(max(limits)):
             step_logprobs = scaled_log_softmax(logits, config.temperature)
             tokens = _choose_tokens(step_logprobs, config, generator)
             chosen = step_logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
             for row, token, logprob in zip(active.tolist(), tokens.tolist(), chosen.tolist(), strict=True):
                 responses[row].append(token)
                 logprobs[row].append(logprob)
-            running = ~torch.isin(tokens, eos)
-            if step == config.max_new_tokens - 1 or not running.any():
+            running = ~torch.isin(tokens, eos) & (row_limit[active] > step + 1)
+            if not running.any():
                 break
             if not running.all():
                 keep = running.nonzero().squeeze(-1)
@@ -294,29 +315,31 @@ class BatchingGenerator:
         tokenizer = policy.tokenizer
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos_ids = eos_token_ids(policy.model, tokenizer)
-        rows: list[tuple[int, tuple[int, ...]]] = []  # (item index, prompt ids), n rows per request
+        rows: list[tuple[int, tuple[int, ...], int]] = []  # (item index, prompt ids, token limit), n rows per request
         for index, item in enumerate(items):
             text = tokenizer.apply_chat_template(
                 list(item.request.messages), add_generation_prompt=True, tokenize=False
             )
             prompt_ids = tuple(tokenizer.encode(text, add_special_tokens=False))
-            rows.extend((index, prompt_ids) for _ in range(item.request.n))
+            _, limit = self.sampling.limit_for(item.request.role)
+            rows.extend((index, prompt_ids, limit) for _ in range(item.request.n))
         results: list[list[Generation]] = [[] for _ in items]
         for start in range(0, len(rows), self.max_batch_sequences):
             chunk = rows[start : start + self.max_batch_sequences]
             sampling_started = time.perf_counter()
             sampled = sample_batch(
                 policy.model,
-                [prompt for _, prompt in chunk],
+                [prompt for _, prompt, _ in chunk],
                 self.sampling,
                 eos_ids=eos_ids,
                 pad_id=pad_id,
                 generator=self._rng,
                 stats=self.stats,
+                row_limits=[limit for _, _, limit in chunk],
             )
             self.stats.sampling_s += time.perf_counter() - sampling_started
             self.stats.batched_calls += 1
-            for (index, prompt), seq in zip(chunk, sampled, strict=True):
+            for (index, prompt, _), seq in zip(chunk, sampled, strict=True):
                 text = tokenizer.decode(list(seq.response_ids), skip_special_tokens=True)
                 results[index].append(Generation(text, prompt, seq.response_ids, seq.logprobs))
                 self.stats.generated_tokens += len(seq.response_ids)

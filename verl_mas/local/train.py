@@ -61,7 +61,6 @@ RESUME_FREE_KEYS = (
     "output_dir",
     "device",
 )
-ExpertPair = tuple[str, tuple[Message, ...], str]  # (policy, prompt messages, expert move)
 Policies = tuple[dict[str, torch.nn.Module], dict[str, PolicyTrainer], dict[str, PolicyModel]]
 WarmStartSchedule = Literal["cosine", "constant"]
 WARM_START_SCHEDULES: tuple[str, ...] = get_args(WarmStartSchedule)
@@ -226,6 +225,27 @@ def make_tasks(config: LocalTrainConfig, split: Literal["train", "eval"], start:
     return split_tasks(config.env, split, count, config.seed, config.env_options, start)
 
 
+@dataclass(frozen=True)
+class ExpertPair:
+    """One warm-start example: the expert's move for `role` (served by `policy`) at the prompt `messages`."""
+
+    policy: str
+    role: str
+    messages: tuple[Message, ...]
+    move: str
+
+
+@dataclass(frozen=True)
+class CutMoves:
+    """Expert moves longer (with eos) than the sampling limit `key` of their role: how many, and the longest."""
+
+    key: str
+    limit: int
+    moves: int
+    cut: int
+    longest: int
+
+
 class ExpertRecorder:
     """A `Generate` that records (policy, prompt, expert move) for the warm start and plays the expert's move with
     probability `play_skill`, else a corrupted copy (deterministic in seed, request and turn). Only the moves of
@@ -235,19 +255,19 @@ class ExpertRecorder:
         self.play_skill = play_skill
         self.seed = seed
         self.corrupt_roles = None if corrupt_roles is None else frozenset(corrupt_roles)
-        self.pairs: list[tuple[str, tuple[Message, ...], str]] = []
+        self.pairs: list[ExpertPair] = []
 
     async def __call__(self, request: GenerationRequest) -> list[Generation]:
         if request.expert is None:
             raise ValueError(f"the environment gives no expert move for {request.request_id}: no warm start possible")
-        self.pairs.append((request.policy, request.messages, request.expert))
+        self.pairs.append(ExpertPair(request.policy, request.role, request.messages, request.expert))
         rng = random.Random(f"{self.seed}|{request.request_id}|{request.turn}")
         exempt = self.corrupt_roles is not None and request.role not in self.corrupt_roles
         played = request.expert if exempt or rng.random() < self.play_skill else corrupt(request.expert, rng)
         return [Generation(text=played, prompt_ids=(), response_ids=())] * request.n
 
 
-def collect_expert_pairs(config: LocalTrainConfig, router: PolicyRouter) -> list[tuple[str, tuple[Message, ...], str]]:
+def collect_expert_pairs(config: LocalTrainConfig, router: PolicyRouter) -> list[ExpertPair]:
     """Expert moves at the states of warm-start episodes on training boards (never evaluation ones)."""
     recorder = ExpertRecorder(config.warm_start.play_skill, config.seed, config.warm_start.corrupt_roles)
     tasks = make_tasks(config, "train", WARM_START_FIRST_INDEX, config.warm_start.tasks)
@@ -257,7 +277,7 @@ def collect_expert_pairs(config: LocalTrainConfig, router: PolicyRouter) -> list
 
 def expert_tokenizer(pairs: list[ExpertPair], vocab_size: int):
     """A tokenizer trained on the text of the expert data: every prompt message and every expert move."""
-    texts = [m["content"] for _, messages, _ in pairs for m in messages] + [move for _, _, move in pairs]
+    texts = [m["content"] for pair in pairs for m in pair.messages] + [pair.move for pair in pairs]
     return train_tokenizer(texts, vocab_size=vocab_size)
 
 
@@ -307,10 +327,15 @@ def warm_start_lr(config: WarmStartConfig, batch_index: int, total_batches: int)
     return config.lr * 0.5 * (1.0 + math.cos(math.pi * batch_index / total_batches))
 
 
-def expert_moves_cut(tokenizer, pairs: list[ExpertPair], max_new_tokens: int) -> tuple[int, int]:
-    """How many expert moves (with eos) exceed `max_new_tokens`, and the longest one's length in tokens."""
-    lengths = [len(tokenizer.encode(move, add_special_tokens=False)) + 1 for _, _, move in pairs]
-    return sum(length > max_new_tokens for length in lengths), max(lengths, default=0)
+def expert_moves_cut(tokenizer, pairs: list[ExpertPair], sampling: SamplingConfig) -> list[CutMoves]:
+    """Per sampling limit that applies to some role: how many of those roles' expert moves exceed it."""
+    lengths: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for pair in pairs:
+        lengths[sampling.limit_for(pair.role)].append(len(tokenizer.encode(pair.move, add_special_tokens=False)) + 1)
+    return [
+        CutMoves(key, limit, len(found), sum(length > limit for length in found), max(found))
+        for (key, limit), found in sorted(lengths.items())
+    ]
 
 
 def sample_advantages(samples: list[Sample], grouping: Grouping) -> torch.Tensor:
@@ -355,6 +380,8 @@ class LocalRun:
         _require_known("policy_lr", "policy", config.policy_lr, self.router.policies, "this router's policies")
         corrupt_roles = config.warm_start.corrupt_roles or ()
         _require_known("warm_start.corrupt_roles", "role", corrupt_roles, roles, f"{config.env}'s roles")
+        limited = config.sampling.role_max_new_tokens
+        _require_known("sampling.role_max_new_tokens", "role", limited, roles, f"{config.env}'s roles")
         self.env_factory: EnvFactory = default_env_factory
         # Expert moves train the tokenizer and feed the warm start: only a tiny model built from scratch needs them.
         from_scratch = checkpoint is None and not config.model.path
@@ -365,14 +392,14 @@ class LocalRun:
             self.tokenizer = load_tokenizer(config.model.path)
         else:
             self.tokenizer = expert_tokenizer(pairs, config.model.vocab_size)
-        cut, longest = expert_moves_cut(self.tokenizer, pairs, config.sampling.max_new_tokens)
-        if cut:
-            # The warm start teaches whole moves; a sampler that stops short turns each such move into a cut reply.
-            log(
-                f"warning: {cut} of {len(pairs)} expert moves are longer than sampling.max_new_tokens="
-                f"{config.sampling.max_new_tokens} (longest: {longest} tokens with eos); sampled replies of that "
-                f"length are cut. Set sampling.max_new_tokens={longest} to leave room."
-            )
+        for cut in expert_moves_cut(self.tokenizer, pairs, config.sampling):
+            if cut.cut:
+                # The warm start teaches whole moves; a sampler that stops short turns each such move into a cut reply.
+                log(
+                    f"warning: {cut.cut} of {cut.moves} expert moves are longer than {cut.key}={cut.limit} "
+                    f"(longest: {cut.longest} tokens with eos); sampled replies of that length are cut. "
+                    f"Set {cut.key}={cut.longest} to leave room."
+                )
         if config.lora.rank:
             self.models, self.trainers, served = self._adapter_policies(pairs)
         else:
@@ -416,7 +443,7 @@ class LocalRun:
         models, trainers, served = {}, {}, {}
         for index, policy in enumerate(self.router.policies):
             model = self._model(index)
-            self._warm_start(policy, model, [(messages, move) for p, messages, move in pairs if p == policy])
+            self._warm_start(policy, model, [(p.messages, p.move) for p in pairs if p.policy == policy])
             models[policy] = model
             trainers[policy] = PolicyTrainer(model, self._update_config(policy))
             served[policy] = PolicyModel(model, self.tokenizer)
@@ -425,7 +452,7 @@ class LocalRun:
     def _adapter_policies(self, pairs: list[ExpertPair]) -> Policies:
         """One base model, warm-started on every expert move, carrying one LoRA adapter per policy."""
         base = self._model(0)
-        self._warm_start(LORA_BASE_MODEL, base, [(messages, move) for _, messages, move in pairs])
+        self._warm_start(LORA_BASE_MODEL, base, [(p.messages, p.move) for p in pairs])
         spec = self.config.lora
         lora = LoraConfig(
             r=spec.rank,
