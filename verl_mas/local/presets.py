@@ -40,9 +40,11 @@ SMOKE_OVERRIDES = {
 # worked on one seed of five (docs/results/learning_code_gpu.md).
 # The update lr is lower because one negative sample pushes down every token of a long program that it shares with
 # the good ones (docs/results/learning_code_mode.md).
+# The plan agent's moves take at most 29 tokens on these boards; capped at 64, a confused plan agent no longer writes
+# 480 tokens, which halves a weak model's rollout time (docs/results/benchmarks.md).
 CODE_TOOL_OVERRIDES = {
     "env_options": {"tool_mode": "code"},
-    "sampling": {"max_new_tokens": 480},
+    "sampling": {"max_new_tokens": 480, "role_max_new_tokens": {"plan": 64}},
     "warm_start": {"tasks": 1024, "epochs": 24, "play_skill": 0.5, "corrupt_roles": ["plan"]},
     "update": {"lr": 3e-5},
     "output_dir": "runs/code_tool",
