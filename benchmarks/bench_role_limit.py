@@ -46,7 +46,7 @@ def measure(config: LocalTrainConfig, steps: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--cap", type=int, default=48, help="the plan agent's token limit (default: 48)")
+    parser.add_argument("--cap", type=int, default=64, help="the plan agent's token limit (default: 64, the preset's)")
     parser.add_argument("--steps", type=int, default=2, help="rollout batches per variant (default: 2)")
     parser.add_argument("overrides", nargs="*", help="key=value training overrides; give model.path=<warm start>")
     args = parser.parse_args()
