@@ -56,9 +56,9 @@ def count_forwards(model) -> list[int]:
     return sizes
 
 
-def request(i: int, policy: str = "p", n: int = 4, text: str | None = None) -> GenerationRequest:
+def request(i: int, policy: str = "p", n: int = 4, text: str | None = None, role: str = "solver") -> GenerationRequest:
     content = text if text is not None else "move " * (i % 5 + 1) + f"sum {i}"
-    return GenerationRequest(f"task{i}/solver", policy, "solver", ({"role": "user", "content": content},), n)
+    return GenerationRequest(f"task{i}/{role}", policy, role, ({"role": "user", "content": content},), n)
 
 
 def run_all(generate, requests):
@@ -188,12 +188,9 @@ def test_a_roles_token_limit_caps_its_rows_in_a_shared_batch(tokenizer):
     sizes = count_forwards(model)
     sampling = SamplingConfig(max_new_tokens=7, role_max_new_tokens={"plan": 2})
 
-    def role_request(i: int, role: str) -> GenerationRequest:
-        messages = ({"role": "user", "content": f"sum {i}"},)
-        return GenerationRequest(f"task{i}/{role}", "p", role, messages, n=2)
-
     generate = BatchingGenerator({"p": (model, tokenizer)}, sampling, seed=1)
-    results = run_all(generate, [role_request(0, "plan"), role_request(1, "tool"), role_request(2, "plan")])
+    roles = ["plan", "tool", "plan"]
+    results = run_all(generate, [request(i, n=2, text=f"sum {i}", role=role) for i, role in enumerate(roles)])
     assert [[len(g.response_ids) for g in gens] for gens in results] == [[2, 2], [7, 7], [2, 2]]
     assert all(len(g.logprobs) == len(g.response_ids) for gens in results for g in gens)
     # One batch: prefill and the first decode step carry all six rows, then the two tool rows go on alone.
