@@ -139,6 +139,10 @@ def test_every_preset_builds_a_valid_config_and_presets_compose():
     assert resolve_train_config({"env": "sudoku", "env_options": {"size": 4}}).env_options == {"size": 4}
     single_sudoku = resolve_train_config({"preset": "single_agent", "env": "sudoku"})
     assert (single_sudoku.env, single_sudoku.env_options) == ("sudoku", {"single_agent": True})
+    # Another env drops the warm start's env options too: plan_path's board size is no sudoku option.
+    warm_small = resolve_train_config(parse_overrides(["warm_start.env_options.size=4"]))
+    assert warm_small.warm_start.env_options == {"size": 4}
+    assert resolve_train_config({"env": "sudoku"}, base=warm_small).warm_start.env_options == {}
 
 
 def test_union_typed_keys_take_any_of_their_types():
@@ -160,6 +164,11 @@ def test_union_typed_keys_take_any_of_their_types():
         (["env=no_such_env"], "unknown environment 'no_such_env'; known: "),
         (["router={tool: a, planner: b}"], "unknown role(s) ['planner'] in mapping; the environment's roles are"),
         (["env_options.colour=red"], "bad options for environment 'plan_path'"),
+        (["warm_start.env_options.colour=red"], "warm_start.env_options: bad options for environment 'plan_path'"),
+        (
+            ["warm_start.env_options.single_agent=true"],
+            "warm_start.env_options give the roles ['plan'], but training has ['tool', 'plan']",
+        ),
         (["rollout_mode=forest"], "rollout_mode must be 'tree' or 'independent'"),
     ],
 )

@@ -203,6 +203,41 @@ def test_warm_start_with_only_plan_moves_corrupted_covers_later_turns_with_propo
         assert proposed is not None and f"Actions: {proposed.group(1)}" == move
 
 
+def test_warm_start_env_options_choose_the_warm_start_boards_only(tmp_path):
+    from verl_mas.local.presets import resolve_train_config
+    from verl_mas.local.train import read_config
+    from verl_mas.overrides import parse_overrides
+    from verl_mas.router import PolicyRouter
+
+    def board_sizes(pairs) -> set[tuple[int, int]]:
+        """(rows, columns) of the board drawn in each prompt, between its "Board" line and the legend."""
+        sizes = set()
+        for pair in pairs:
+            lines = pair.messages[-1]["content"].splitlines()
+            board = lines[lines.index(next(x for x in lines if x.startswith("Board"))) + 1 :]
+            board = board[: next(i for i, x in enumerate(board) if x.startswith("Legend"))]
+            sizes.add((len(board), len(board[0])))
+        return sizes
+
+    router = PolicyRouter.from_spec("shared", ("tool", "plan"))
+    small = {**TINY["env_options"], "size": 4}
+    large = {**TINY["env_options"], "size": 6}
+    on_small = LocalTrainConfig(env_options=small, warm_start=WarmStartConfig(tasks=4))
+    mixed = LocalTrainConfig(env_options=large, warm_start=WarmStartConfig(tasks=4, env_options={"size": 4}))
+    # The warm start plays exactly the boards of a run on the small size ...
+    pairs = collect_expert_pairs(mixed, router)
+    assert pairs == collect_expert_pairs(on_small, router) and board_sizes(pairs) == {(4, 4)}
+    without = dataclasses.replace(mixed, warm_start=WarmStartConfig(tasks=4))
+    assert board_sizes(collect_expert_pairs(without, router)) == {(6, 6)}
+    # ... while training and evaluation keep the large one.
+    for split in ("train", "eval"):
+        assert make_tasks(mixed, split, 0, 3) == make_tasks(without, split, 0, 3)
+        assert {task.options["size"] for task in make_tasks(mixed, split, 0, 3)} == {6}
+    config = resolve_train_config(parse_overrides(["warm_start.env_options.size=4", f"output_dir={tmp_path}"]))
+    (tmp_path / "config.json").write_text(json.dumps(dataclasses.asdict(config)))
+    assert read_config(tmp_path / "config.json").warm_start.env_options == {"size": 4}
+
+
 def test_warm_start_corrupt_roles_must_be_role_names(tmp_path):
     from verl_mas.local.presets import resolve_train_config
     from verl_mas.local.train import LocalRun, read_config

@@ -131,18 +131,24 @@ def resolve_train_config(
         raise ValueError(f"preset must be a name or a list of names, got {names!r}")
     config = base or LocalTrainConfig()
     if overrides.get("env", config.env) != config.env:  # before the presets, so that their env options stay
-        config = dataclasses.replace(config, env=overrides.pop("env"), env_options={})
+        config = for_env(config, overrides.pop("env"))
     for name in names:
         config = apply_train_overrides(config, preset(name).overrides)
     return apply_train_overrides(config, overrides)
 
 
+def for_env(config: LocalTrainConfig, env: str) -> LocalTrainConfig:
+    """`config` for `env` with no env options, nor warm-start ones: another env's options would not fit."""
+    warm_start = dataclasses.replace(config.warm_start, env_options={})
+    return dataclasses.replace(config, env=env, env_options={}, warm_start=warm_start)
+
+
 def apply_train_overrides(config: LocalTrainConfig, overrides: Mapping[str, Any]) -> LocalTrainConfig:
-    """`apply_overrides` with two couplings: another `env` drops the previous env's options (they would not fit),
+    """`apply_overrides` with two couplings: another `env` drops the previous env's options (`for_env`),
     and sampling.temperature also sets update.temperature unless that is given: the update scores what was sampled."""
     overrides = dict(overrides)
     if overrides.get("env", config.env) != config.env:
-        config = dataclasses.replace(config, env_options={})
+        config = for_env(config, overrides.pop("env"))
     sampling = overrides.get("sampling")
     temperature = sampling.get("temperature") if isinstance(sampling, Mapping) else None
     update = overrides.get("update", {})

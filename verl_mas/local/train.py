@@ -97,6 +97,9 @@ class WarmStartConfig:
     # With only the plan's moves corrupted, the tool's proposals stay right, so the data holds later turns whose
     # proposals are still worth copying.
     corrupt_roles: tuple[str, ...] | None = None
+    # Env options of the warm-start boards only, merged over `env_options`: e.g. size=5 warm-starts on smaller boards
+    # than RL and evaluation play, so that RL has harder boards left to learn.
+    env_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.play_skill <= 1.0:
@@ -225,6 +228,11 @@ def make_tasks(config: LocalTrainConfig, split: Literal["train", "eval"], start:
     return split_tasks(config.env, split, count, config.seed, config.env_options, start)
 
 
+def warm_start_env_options(config: LocalTrainConfig) -> dict[str, Any]:
+    """The env options of the warm-start boards: `env_options` with `warm_start.env_options` on top."""
+    return {**config.env_options, **config.warm_start.env_options}
+
+
 @dataclass(frozen=True)
 class ExpertPair:
     """One warm-start example: the expert's move for `role` (served by `policy`) at the prompt `messages`."""
@@ -270,7 +278,8 @@ class ExpertRecorder:
 def collect_expert_pairs(config: LocalTrainConfig, router: PolicyRouter) -> list[ExpertPair]:
     """Expert moves at the states of warm-start episodes on training boards (never evaluation ones)."""
     recorder = ExpertRecorder(config.warm_start.play_skill, config.seed, config.warm_start.corrupt_roles)
-    tasks = make_tasks(config, "train", WARM_START_FIRST_INDEX, config.warm_start.tasks)
+    options = warm_start_env_options(config)
+    tasks = split_tasks(config.env, "train", config.warm_start.tasks, config.seed, options, WARM_START_FIRST_INDEX)
     asyncio.run(rollout_tasks(tasks, recorder, router, RolloutConfig(k=1, with_expert=True)))
     return recorder.pairs
 
@@ -358,6 +367,19 @@ def _require_known(key: str, kind: str, names: Iterable[str], known: Sequence[st
         raise ValueError(f"{key} names unknown {kind} {unknown[0]!r}; {known_label}: {list(known)}")
 
 
+def _require_same_roles(config: LocalTrainConfig, roles: Sequence[str]) -> None:
+    """The warm-start boards' env must be valid and have the roles RL trains (checked even when no warm start runs)."""
+    try:
+        warm_roles = make_env(config.env, **warm_start_env_options(config)).workflow().roles
+    except ValueError as error:
+        raise ValueError(f"warm_start.env_options: {error}") from error
+    if list(warm_roles) != list(roles):
+        raise ValueError(
+            f"warm_start.env_options give the roles {list(warm_roles)}, but training has {list(roles)}: "
+            "the warm start must teach the roles RL trains"
+        )
+
+
 class LocalRun:
     """One local training run's state: models (or adapters), trainers, generators, and its output folder.
 
@@ -376,6 +398,7 @@ class LocalRun:
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
         roles = make_env(config.env, **config.env_options).workflow().roles
+        _require_same_roles(config, roles)
         self.router = PolicyRouter.from_spec(config.router, roles)
         _require_known("policy_lr", "policy", config.policy_lr, self.router.policies, "this router's policies")
         corrupt_roles = config.warm_start.corrupt_roles or ()
