@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import socket
+import subprocess
+import sys
 import time
 import uuid
 
@@ -313,6 +316,32 @@ def test_grandchild_escaping_the_process_group_is_killed() -> None:
     result = run_python(code)
     assert result.ok, result
     assert _survivors(marker) == []
+
+
+@root_only
+def test_runs_that_seed_random_alike_do_not_kill_each_others_programs() -> None:
+    """Two training processes of one seed seed `random` alike. Their sandboxes must still pick different uids: the
+    uid sweep after one run's program would otherwise kill the program the other run has under the same uid."""
+    script = (
+        "import random, sys\n"
+        "from verl_mas.sandbox import run_python\n"
+        "random.seed(0)\n"
+        "result = run_python('import time\\ntime.sleep(' + sys.argv[1] + ')\\nprint(\"done\")')\n"
+        "print(result.stdout.strip() or f'lost: exit code {result.exit_code}')\n"
+    )
+    slow = subprocess.Popen([sys.executable, "-c", script, "3"], stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # its program is asleep now
+    fast = subprocess.run([sys.executable, "-c", script, "0"], stdout=subprocess.PIPE, text=True, timeout=30)
+    assert fast.stdout.strip() == "done"
+    assert slow.communicate(timeout=30)[0].strip() == "done"
+
+
+def test_picking_a_uid_leaves_the_seeded_random_stream_alone() -> None:
+    random.seed(7)
+    expected = [random.random() for _ in range(3)]
+    random.seed(7)
+    sandbox._pick_uid()
+    assert [random.random() for _ in range(3)] == expected
 
 
 def test_limits_are_validated() -> None:

@@ -75,6 +75,9 @@ class SandboxResult:
 # other and "every process of this uid" means exactly this run's processes.
 _UID_BASE = 1 << 30
 _UID_SPAN = 1 << 28
+# Drawn from the OS, not from the `random` module: training runs seed that, and two runs of one seed would then draw
+# the same uids, so each run's uid sweep would kill the other's programs.
+_UID_SOURCE = random.SystemRandom()
 _POLL_S = 0.05  # only used where pidfd_open is unavailable
 _MEMORY_ERROR = re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory")
 _WRITABLE_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
@@ -378,7 +381,7 @@ def _pick_uid() -> int | None:
         return None
     if not _uid_range_mapped(_UID_BASE, _UID_SPAN):
         raise RuntimeError(f"sandbox: uids {_UID_BASE}..{_UID_BASE + _UID_SPAN} are not mapped in this user namespace")
-    return _UID_BASE + random.randrange(_UID_SPAN)
+    return _UID_BASE + _UID_SOURCE.randrange(_UID_SPAN)
 
 
 def _uid_range_mapped(base: int, span: int) -> bool:
