@@ -24,7 +24,7 @@ from transformers.utils import logging as transformers_logging
 
 from verl_mas.local.presets import apply_train_overrides, resolve_train_config
 from verl_mas.local.reporting import METRICS_FILE
-from verl_mas.local.train import CONFIG_FILE, LocalRun, LocalTrainConfig, config_json, train
+from verl_mas.local.train import CONFIG_FILE, LocalRun, LocalTrainConfig, config_json, train, warm_start_env_options
 from verl_mas.overrides import parse_overrides
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,9 +136,17 @@ def warm_start_run_config(config: LocalTrainConfig, single_agent: bool, folder: 
 
 
 def warm_start_key(config: LocalTrainConfig) -> str:
-    """What a saved warm start depends on: a folder whose key file holds the same text is reused, not retrained."""
-    keys = ("env", "env_options", "seed", "model", "warm_start")
-    return json.dumps({key: getattr(config, key) for key in keys}, indent=2, sort_keys=True, default=str)
+    """What a saved warm start depends on: a folder whose key file holds the same text is reused, not retrained.
+
+    It plays the boards of `warm_start_env_options`, so one warm start serves every RL board size that shares them."""
+    key = {
+        "env": config.env,
+        "env_options": warm_start_env_options(config),
+        "seed": config.seed,
+        "model": config.model,
+        "warm_start": dataclasses.replace(config.warm_start, env_options={}),
+    }
+    return json.dumps(key, indent=2, sort_keys=True, default=str)
 
 
 def save_warm_start(config: LocalTrainConfig, folder: Path, log: Callable[[str], None]) -> None:

@@ -75,3 +75,17 @@ def test_collect_needs_an_evaluation(learning, tmp_path):
     learning.main(["--envs", "plan_path", "--methods", "single_grpo", "--steps", "4", "--out", str(out), "--collect"])
     (run,) = json.loads((out / learning.RESULTS_FILE).read_text())["runs"]
     assert run["error"].startswith("no evaluation saved")
+
+
+def test_one_warm_start_serves_every_rl_board_size_with_the_same_warm_start_boards(learning):
+    base = learning.env_config("plan_path", ["default"], {}, 4)
+
+    def key(size: int, warm_size: int | None = None) -> str:
+        config = dataclasses.replace(base, env_options={**base.env_options, "size": size})
+        if warm_size is not None:
+            warm_start = dataclasses.replace(config.warm_start, env_options={"size": warm_size})
+            config = dataclasses.replace(config, warm_start=warm_start)
+        return learning.warm_start_key(config)
+
+    assert key(6, warm_size=5) == key(7, warm_size=5) == key(5)
+    assert key(6) != key(5) and key(6, warm_size=4) != key(6, warm_size=5)
