@@ -336,6 +336,7 @@ def test_runs_that_seed_random_alike_do_not_kill_each_others_programs() -> None:
     assert slow.communicate(timeout=30)[0].strip() == "done"
 
 
+@root_only
 def test_picking_a_uid_leaves_the_seeded_random_stream_alone() -> None:
     random.seed(7)
     expected = [random.random() for _ in range(3)]
