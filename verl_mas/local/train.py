@@ -369,6 +369,8 @@ def _require_known(key: str, kind: str, names: Iterable[str], known: Sequence[st
 
 def _require_same_roles(config: LocalTrainConfig, roles: Sequence[str]) -> None:
     """The warm-start boards' env must be valid and have the roles RL trains (checked even when no warm start runs)."""
+    if not config.warm_start.env_options:  # the same env as training's, already built
+        return
     try:
         warm_roles = make_env(config.env, **warm_start_env_options(config)).workflow().roles
     except ValueError as error:
