@@ -511,6 +511,10 @@ class AtGrpoTrainer(PPOTrainerSync):
         batch = KVBatchMeta.concat(list(parts.values()))
         with marked_timer("adv", timing_raw, color="brown"):
             batch = self._compute_advantage(batch, metrics=metrics)
+        # The parts' metadata predates the advantage step; verl's worker fetches only the fields a batch's metadata
+        # lists, so each policy's update must take its rows from the batch the advantage step returned.
+        policy_of_row = [policy for policy, part in parts.items() for _ in range(len(part))]
+        parts = split_by_policy(batch, policy_of_row, self.router.policies)
         if self.config.trainer.critic_warmup <= self.global_steps:
             for policy, part in parts.items():
                 with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
