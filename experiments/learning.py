@@ -28,7 +28,7 @@ from verl_mas.local.train import CONFIG_FILE, LocalRun, LocalTrainConfig, config
 from verl_mas.overrides import parse_overrides
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "docs" / "results" / "learning"
+DEFAULT_OUT = REPO / "runs" / "learning"  # raw runs stay out of git; copy a table into docs/results by hand
 RESULTS_FILE = "learning.json"
 WARM_START_KEY_FILE = "warm_start_key.json"
 # Small boards and compact tool mode (the tool agent proposes moves instead of writing programs); the grid envs also
@@ -412,7 +412,7 @@ def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[li
     text = [
         "# Learning: held-out success per method",
         "",
-        f"Written by `benchmarks/learning.py` on {report['date']} ({report['machine']}).",
+        f"Written by `experiments/learning.py` on {report['date']} ({report['machine']}).",
         "",
         "```",
         report["command"],

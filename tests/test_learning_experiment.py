@@ -1,4 +1,4 @@
-"""benchmarks/learning.py --collect: the table from saved runs, finished or stopped early, training nothing."""
+"""experiments/learning.py --collect: the table from saved runs, finished or stopped early, training nothing."""
 
 import dataclasses
 import importlib.util
@@ -10,12 +10,12 @@ import pytest
 
 from verl_mas.local.train import CONFIG_FILE, config_json
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "learning.py"
 
 
 @pytest.fixture(scope="module")
 def learning():
-    spec = importlib.util.spec_from_file_location("learning_benchmark", SCRIPT)
+    spec = importlib.util.spec_from_file_location("learning_experiment", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
