@@ -32,12 +32,11 @@ from .grid import (
     GridPuzzleEnv,
     IllegalMove,
     ProgressReward,
-    ToolMode,
     bfs_distances,
-    draw_board,
     parse_grid_text,
     shift,
 )
+from .toolplan import ToolMode, draw_board
 
 WALL, FLOOR, AGENT, GOAL = "#", ".", "A", "G"
 

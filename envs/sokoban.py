@@ -45,12 +45,11 @@ from .grid import (
     GridPuzzleEnv,
     IllegalMove,
     ProgressReward,
-    ToolMode,
     bfs_distances,
-    draw_board,
     parse_grid_text,
     shift,
 )
+from .toolplan import ToolMode, draw_board
 
 WALL, FLOOR, GOAL, BOX, BOX_ON_GOAL, PLAYER, PLAYER_ON_GOAL = "#", "_", ".", "$", "*", "@", "+"
 
@@ -117,10 +116,13 @@ class SokobanConfig(GridConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (isinstance(self.size, int) and self.size >= 4):
-            raise ValueError(f"sokoban size must be an int >= 4, got {self.size!r}")
-        if not (isinstance(self.boxes, int) and 1 <= self.boxes <= (self.size - 2) ** 2 - 2):
-            raise ValueError(f"sokoban boxes must be an int in [1, {(self.size - 2) ** 2 - 2}], got {self.boxes!r}")
+        # Only what can be built passes: a box moves only along three free cells in a line (player, box, target),
+        # so a room needs an interior of 3x3; and each box starts off a goal, so the floor holds 2 cells per box.
+        if not (isinstance(self.size, int) and self.size >= 5):
+            raise ValueError(f"sokoban size must be an int >= 5, got {self.size!r}")
+        most = (self.size - 2) ** 2 // 2
+        if not (isinstance(self.boxes, int) and 1 <= self.boxes <= most):
+            raise ValueError(f"sokoban boxes must be an int in [1, {most}] for size {self.size}, got {self.boxes!r}")
         if not 0.0 <= self.wall_ratio < 1.0:
             raise ValueError(f"sokoban wall_ratio must be in [0, 1), got {self.wall_ratio!r}")
 

@@ -192,23 +192,30 @@ def test_bad_rollout_config(kwargs, message):
         RolloutConfig(**kwargs)
 
 
-def test_blocking_steps_run_off_the_event_loop(monkeypatch):
-    import threading
-
-    step_threads = set()
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+@pytest.mark.parametrize("blocking", [True, False])
+def test_blocking_steps_and_only_those_run_off_the_event_loop(monkeypatch, mode, blocking):
+    """Every step of a `blocking_step` env runs in a worker thread: candidates and, in parallel mode, the replay of
+    the chosen moves; a non-blocking env steps on the loop. The tree is the same either way."""
+    steps_on_loop, steps_off_loop = [], []
+    loop_thread = threading.get_ident()
     original_step = CounterEnv.step
 
     def recording_step(self, role, text):
-        step_threads.add(threading.get_ident())
+        (steps_on_loop if threading.get_ident() == loop_thread else steps_off_loop).append(role)
         return original_step(self, role, text)
 
     monkeypatch.setattr(CounterEnv, "step", recording_step)
-    monkeypatch.setattr(CounterEnv, "blocking_step", property(lambda self: True))
+    monkeypatch.setattr(CounterEnv, "blocking_step", property(lambda self: blocking))
     gen = ScriptedGenerator(spread_script)
-    [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=5), counter_factory(target=5))
-    assert threading.get_ident() not in step_threads
-    # same tree as when stepping on the loop (see test_sequential_tree_hand_computed)
-    assert [s.continued for s in ep.samples] == [False] * 4 + [True] + [False] * 3 + [True, False]
+    [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=5, max_turns=2), counter_factory(5, mode=mode))
+    # sequential: 5 candidates of a, then of b (b reaches 5); parallel: 2 turns of 5 + 5 candidates and 2 replays
+    expected = 10 if mode == "sequential" else 2 * (10 + 2)
+    assert (len(steps_off_loop), len(steps_on_loop)) == ((expected, 0) if blocking else (0, expected))
+    if mode == "sequential":  # same tree as when stepping on the loop (see test_sequential_tree_hand_computed)
+        assert [s.continued for s in ep.samples] == [False] * 4 + [True] + [False] * 3 + [True, False]
+    else:
+        assert ep.turns == 2 and not ep.success
 
 
 class SleepCount:

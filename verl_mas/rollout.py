@@ -221,7 +221,7 @@ async def rollout_task(
                     state = (await step)[role][0]
             else:
                 chosen = await _tree_step(state, task, workflow.roles, turn, generate, router, config, result, order)
-                state = _apply_joint(state, task, workflow.roles, chosen)
+                state = await _apply_joint(state, task, workflow.roles, chosen)
             result.turns = turn + 1
         result.success = bool(_guard(state.success, task, "success"))
         result.team_reward = _final_team_reward(result)
@@ -266,11 +266,7 @@ async def _tree_step(
         # Each candidate is scored on its own clone of the same state, so rewards reflect that move alone.
         branches = [_guard(state.clone, task, "clone") for _ in candidates]
         moves = [lambda b=b, r=req.role, t=g.text: b.step(r, t) for b, g in zip(branches, candidates, strict=True)]
-        what = f"step({req.role})"
-        if state.blocking_step:
-            steps = await asyncio.gather(*(_step_in_thread(move, task, what) for move in moves))
-        else:
-            steps = [_guard(move, task, what) for move in moves]
+        steps = await _run_steps(state, moves, task, f"step({req.role})")
         rewards = [config.alpha * s.team_reward + s.local_reward for s in steps]
         scores = rewards if config.select == "reward" else [s.team_reward for s in steps]
         best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # ties: lowest index
@@ -281,15 +277,25 @@ async def _tree_step(
     return best_states
 
 
-def _apply_joint(
+async def _apply_joint(
     state: MultiAgentEnv, task: Task, roles: tuple[str, ...], chosen: dict[str, tuple[MultiAgentEnv, str]]
 ) -> MultiAgentEnv:
     """Parallel workflow: replay each role's chosen move, in role order, on one fresh clone of `state`."""
     joint = _guard(state.clone, task, "clone")
     for role in roles:
         text = chosen[role][1]
-        _guard(lambda r=role, t=text: joint.step(r, t), task, f"step({role})")
+        await _run_steps(joint, [lambda r=role, t=text: joint.step(r, t)], task, f"step({role})")
     return joint
+
+
+async def _run_steps(
+    state: MultiAgentEnv, moves: Sequence[Callable[[], StepResult]], task: Task, what: str
+) -> list[StepResult]:
+    """Run `moves`, steps on distinct clones of `state`: all at once in worker threads when the env says
+    `blocking_step` (it runs model-written code), else one by one on the event loop."""
+    if _guard(lambda: state.blocking_step, task, "blocking_step"):
+        return list(await asyncio.gather(*(_step_in_thread(move, task, what) for move in moves)))
+    return [_guard(move, task, what) for move in moves]
 
 
 def _make_sample(

@@ -105,5 +105,5 @@ def test_sudoku_brief_prompts_drop_the_rules_and_keep_the_board_and_proposal():
     alone = make_env("sudoku", **OPTIONS["sudoku"], single_agent=True, brief_prompts=True)
     alone.reset(task)
     assert alone.observe("plan")[0]["content"] == "You solve the Sudoku alone."
-    with pytest.raises(ValueError, match="sudoku brief_prompts must be true or false"):
+    with pytest.raises(ValueError, match="brief_prompts must be true or false"):
         make_env("sudoku", brief_prompts="no")

@@ -1,4 +1,4 @@
-"""Action-list parsing, code extraction and grid helpers shared by the grid puzzles."""
+"""Action-list parsing and grid helpers shared by the grid puzzles."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from verl_mas_envs.grid import MAX_ACTIONS, bfs_distances, draw_board, extract_python, parse_actions, strip_thinking
+from verl_mas.env.replies import MAX_ANSWER_CHARS
+from verl_mas_envs.grid import MAX_ACTIONS, bfs_distances, parse_actions
 
 
 @pytest.mark.parametrize(
@@ -73,36 +74,32 @@ def test_parse_actions_caps_length_and_stays_fast_on_huge_text() -> None:
     assert parse_actions("x" * 2_000_000) is None
     assert parse_actions("Actions: " + "é" * 1_000_000) is None
     assert parse_actions("[" * 100_000 + "]" * 100_000) is None
+    # Each took seconds with a lazy <answer>(.*?)</answer> scan from every opening tag (quadratic).
+    assert parse_actions("<answer>" * 100_000) is None
+    assert parse_actions("<answer>" * 100_000 + "Actions: U</answer>") == ("U",)
+    assert parse_actions("Actions: " + "final " + " " * 100_000) is None
     assert time.perf_counter() - started < 5.0
 
 
-def test_strip_thinking() -> None:
-    assert strip_thinking("<think>a</think>b") == "b"
-    assert strip_thinking("a</think>b</think>c") == "c"
-    assert strip_thinking("x<think>y") == "x"
-    assert strip_thinking("plain") == "plain"
+def test_only_the_end_of_a_long_reply_is_read() -> None:
+    filler = "x" * MAX_ANSWER_CHARS
+    assert parse_actions(filler + "\nActions: R") == ("R",)
+    assert parse_actions("Actions: R\n" + filler) is None  # the moves are not in the last MAX_ANSWER_CHARS
+    assert parse_actions("<think>" + "y" * 10 * MAX_ANSWER_CHARS + "</think>Actions: D") == ("D",)
 
 
-def test_extract_python() -> None:
-    assert extract_python("```python\nprint(1)\n```") == "print(1)\n"
-    assert extract_python("```py\na=1\n```\ntext\n```python\nb=2\n```") == "b=2\n"
-    assert extract_python("```\nprint(2)\n```") == "print(2)\n"
-    assert extract_python("```python\nx=1\n```\n```\ny=2\n```") == "x=1\n"  # tagged beats untagged
-    assert extract_python("```bash\nls\n```") is None
-    assert extract_python("print(1)") is None
-    assert extract_python("```python\nprint(1)") is None  # truncated block
-    assert extract_python("<think>```python\nx=1\n```</think>no code") is None
+def test_reasoning_never_counts_even_after_characters_that_lengthen_when_lowered() -> None:
+    # 'İ'.lower() is two characters: positions found in text.lower() used to cut the reply 20 characters late
+    assert parse_actions("İ" * 20 + "Actions: R\n<think>\nActions: D D D D") is None  # was ("D", "D")
+    assert parse_actions("İ" * 20 + "\nActions: R\n<think>\nActions: D D D D") == ("R",)
+    assert parse_actions("İ" * 20 + "<think>\nActions: D D D D") is None
+    assert parse_actions("<think>İİİ</think>İ Actions: L") == ("L",)
 
 
 def test_bfs_distances_hand_computed() -> None:
     walls = {(0, 1), (1, 1)}
     distances = bfs_distances(3, 3, (0, 0), lambda cell: cell not in walls)
     assert distances == ((0, -1, 6), (1, -1, 5), (2, 3, 4))
-
-
-def test_draw_board_rejects_unknown_split() -> None:
-    with pytest.raises(ValueError, match="split"):
-        draw_board("x", 0, "test", lambda rng: "board", str)
 
 
 @settings(max_examples=300, deadline=None)

@@ -7,18 +7,17 @@ import time
 import pytest
 
 from verl_mas.env import Task, make_env, split_of
-from verl_mas_envs.sudoku import (
-    EXPERT_PROGRAM,
-    INVALID_MOVE_PENALTY,
-    SudokuConfig,
-    SudokuEnv,
+from verl_mas_envs.sudoku import EXPERT_PROGRAM, SudokuConfig, SudokuEnv
+from verl_mas_envs.sudoku_grid import (
+    SudokuBoard,
     board_key,
     count_solutions,
     find_conflicts,
-    generate_puzzle,
+    generate_board,
     parse_grid,
     stdin_text,
 )
+from verl_mas_envs.toolplan import INVALID_OUTPUT_REWARD
 
 # A hand-built 4x4 puzzle: 6 givens, 10 empty cells.
 SOLUTION = ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (4, 3, 2, 1))
@@ -26,10 +25,9 @@ PUZZLE = ((1, 0, 0, 0), (0, 4, 0, 2), (0, 0, 4, 0), (4, 0, 0, 1))
 SOLUTION_TEXT = "\n".join(" ".join(map(str, row)) for row in SOLUTION)
 
 
-def hand_built_env(tool_mode: str = "compact") -> SudokuEnv:
-    env = SudokuEnv(size=4, tool_mode=tool_mode)
-    env.puzzle, env.solution, env.board = PUZZLE, SOLUTION, PUZZLE
-    env.givens = frozenset((r, c) for r in range(4) for c in range(4) if PUZZLE[r][c])
+def hand_built_env(tool_mode: str = "compact", **options) -> SudokuEnv:
+    env = SudokuEnv(size=4, tool_mode=tool_mode, **options)
+    env.load(SudokuBoard(PUZZLE, SOLUTION))
     return env
 
 
@@ -66,7 +64,8 @@ def test_solver_counts_all_4x4_grids_and_rejects_conflicting_givens():
 def test_generated_puzzles_have_one_solution(size, seeds):
     config = SudokuConfig(size=size)
     for seed in seeds:
-        puzzle, solution = generate_puzzle(config, seed, "train")
+        board = generate_board(size, config.target_clues, seed, "train")
+        puzzle, solution = board.puzzle, board.solution
         assert count_solutions(puzzle, limit=10) == 1
         assert find_conflicts(solution) == () and all(all(row) for row in solution)
         assert all(puzzle[r][c] in (0, solution[r][c]) for r in range(size) for c in range(size))
@@ -75,7 +74,7 @@ def test_generated_puzzles_have_one_solution(size, seeds):
 
 def test_clue_count_option_and_validation():
     env = reset_env(1, clues=10)
-    assert len(env.givens) == 10
+    assert len(env.board.givens) == 10
     with pytest.raises(ValueError, match="size"):
         SudokuEnv(size=5)
     with pytest.raises(ValueError, match="clues"):
@@ -89,9 +88,9 @@ def test_clue_count_option_and_validation():
 def test_task_options_override_constructor_options_per_reset():
     env = SudokuEnv(size=4)
     env.reset(Task(uid="a", env="sudoku", seed=0, options={"size": 9}))
-    assert len(env.board) == 9
+    assert env.board.size == 9 and len(env.state.grid) == 9
     env.reset(Task(uid="b", env="sudoku", seed=0))
-    assert len(env.board) == 4
+    assert env.board.size == 4
     with pytest.raises(ValueError, match="bad sudoku options"):
         env.reset(Task(uid="c", env="sudoku", seed=0, options={"colour": "red"}))
 
@@ -100,23 +99,22 @@ def test_task_options_override_constructor_options_per_reset():
 
 
 def test_train_and_eval_boards_are_disjoint_over_200_seeds():
-    config = SudokuConfig(size=4)
-    boards = {split: [generate_puzzle(config, seed, split) for seed in range(200)] for split in ("train", "eval")}
-    for split, pairs in boards.items():
-        assert all(split_of(f"sudoku4:{board_key(solution)}") == split for _, solution in pairs)
-    train_puzzles = {board_key(p) for p, _ in boards["train"]}
-    eval_puzzles = {board_key(p) for p, _ in boards["eval"]}
+    boards = {split: [generate_board(4, 6, seed, split) for seed in range(200)] for split in ("train", "eval")}
+    for split, drawn in boards.items():
+        assert all(split_of(f"sudoku4:{board_key(board.solution)}") == split for board in drawn)
+    train_puzzles = {board_key(b.puzzle) for b in boards["train"]}
+    eval_puzzles = {board_key(b.puzzle) for b in boards["eval"]}
     assert train_puzzles.isdisjoint(eval_puzzles)
-    assert {board_key(s) for _, s in boards["train"]}.isdisjoint(board_key(s) for _, s in boards["eval"])
+    assert {board_key(b.solution) for b in boards["train"]}.isdisjoint(board_key(b.solution) for b in boards["eval"])
     assert len(train_puzzles) > 190 and len(eval_puzzles) > 190  # seeds really give different boards
 
 
 def test_same_task_gives_same_board():
     for split in ("train", "eval"):
         first, second = reset_env(7, split), reset_env(7, split)
-        assert first.puzzle == second.puzzle and first.solution == second.solution
+        assert first.board == second.board
         assert first.observe("tool") == second.observe("tool")
-    assert reset_env(7).puzzle != reset_env(8).puzzle
+    assert reset_env(7).board.puzzle != reset_env(8).board.puzzle
 
 
 # ----------------------------------------------------------------------------------------------- expert
@@ -144,9 +142,9 @@ def test_expert_code_solves_puzzles_without_sandbox_limits(tmp_path):
     for size in (4, 9):
         env = reset_env(3, size=size)
         out = subprocess.run(
-            [sys.executable, str(script)], input=stdin_text(env.puzzle), capture_output=True, text=True
+            [sys.executable, str(script)], input=stdin_text(env.board.puzzle), capture_output=True, text=True
         )
-        assert parse_grid(out.stdout, size).grid == env.solution
+        assert parse_grid(out.stdout, size).grid == env.board.solution
 
 
 # ----------------------------------------------------------------------------------------------- parser
@@ -180,7 +178,7 @@ def test_parser_reads_empty_cells_and_flat_9x9():
         (4, 3, 2, 0),
     )
     env = reset_env(0, size=9)
-    assert parse_grid(board_key(env.solution).replace("/", ""), 9).grid == env.solution
+    assert parse_grid(board_key(env.board.solution).replace("/", ""), 9).grid == env.board.solution
 
 
 @pytest.mark.parametrize(
@@ -227,8 +225,8 @@ def test_rewards_on_hand_built_board():
     assert "row 4 has 2x 3" in tool.info["check"]
     plan = env.step("plan", "1 2 3 .\n3 4 1 2\n. . 4 .\n4 3 . 1")  # 5 right, no conflict
     assert plan.valid and plan.team_reward == pytest.approx(0.5) and plan.local_reward == pytest.approx(0.5)
-    assert env.board == ((1, 2, 3, 0), (3, 4, 1, 2), (0, 0, 4, 0), (4, 3, 0, 1))
-    assert not env.done and env.turn == 1
+    assert env.state.grid == ((1, 2, 3, 0), (3, 4, 1, 2), (0, 0, 4, 0), (4, 3, 0, 1))
+    assert not env.done and env.state.turn == 1
     solved = env.step("plan", SOLUTION_TEXT)
     assert (solved.team_reward, solved.local_reward, solved.done) == (1.0, 1.0, True)
 
@@ -238,9 +236,9 @@ def test_tool_proposal_changing_a_given_is_reported_and_penalised():
     changed = "2 1 3 4\n3 4 1 2\n1 2 4 3\n4 3 2 1"  # (0,0) given 1 -> 2
     result = env.step("tool", changed)
     assert result.valid
-    assert "changed givens: row 1 col 1" in env.proposal.report
+    assert "changed givens: row 1 col 1" in env.state.proposal.report
     assert result.local_reward == pytest.approx(7 / 10 - 0.25)  # (0,1), (2,0), (2,1) wrong
-    assert env.board == PUZZLE
+    assert env.state.grid == PUZZLE
 
 
 @pytest.mark.parametrize(
@@ -258,30 +256,41 @@ def test_invalid_plan_move_is_penalised_and_changes_nothing(text, error):
     env.step("plan", "1 2 . .\n. 4 . 2\n. . 4 .\n4 . . 1")  # one right cell on the board first
     result = env.step("plan", text)
     assert not result.valid
-    assert result.local_reward == INVALID_MOVE_PENALTY
+    assert result.local_reward == INVALID_OUTPUT_REWARD
     assert result.team_reward == pytest.approx(1 / 10)
     assert error in result.info["error"]
-    assert env.board == ((1, 2, 0, 0), (0, 4, 0, 2), (0, 0, 4, 0), (4, 0, 0, 1))
-    assert env.turn == 2
+    assert env.state.grid == ((1, 2, 0, 0), (0, 4, 0, 2), (0, 0, 4, 0), (4, 0, 0, 1))
+    assert env.state.turn == 2
 
 
 def test_unparsable_tool_output_is_invalid_and_reported_to_plan():
     env = hand_built_env()
     result = env.step("tool", "I would use backtracking.")
-    assert not result.valid and result.local_reward == INVALID_MOVE_PENALTY
+    assert not result.valid and result.local_reward == INVALID_OUTPUT_REWARD
     assert "no usable grid" in env.observe("plan")[1]["content"]
 
 
 def test_step_guards():
     env = SudokuEnv()
-    with pytest.raises(RuntimeError, match="before reset"):
+    with pytest.raises(RuntimeError, match="call reset"):
         env.observe("tool")
     env = hand_built_env()
-    with pytest.raises(ValueError, match="unknown sudoku role"):
+    with pytest.raises(ValueError, match="sudoku: unknown role 'critic'"):
         env.step("critic", SOLUTION_TEXT)
     env.step("plan", SOLUTION_TEXT)
-    with pytest.raises(RuntimeError, match="solved"):
+    assert env.expert("tool") is None
+    with pytest.raises(RuntimeError, match=r"after the episode ended \(solved\)"):
         env.step("tool", SOLUTION_TEXT)
+
+
+def test_the_episode_ends_after_max_turns_unsolved():
+    env = hand_built_env(max_turns=2)
+    first = env.step("plan", "no grid")
+    assert not first.done and not env.done
+    env.step("tool", SOLUTION_TEXT)  # a correct proposal commits nothing
+    last = env.step("plan", "1 2 . .\n. 4 . 2\n. . 4 .\n4 . . 1")
+    assert last.valid and last.done and env.done and not env.success()
+    assert env.state.outcome == "out_of_turns" and "Turn 2 of 2" in env.observe("plan")[1]["content"]
 
 
 # ----------------------------------------------------------------------------------------------- observations, clone
@@ -311,12 +320,12 @@ def test_clone_is_independent():
     env = hand_built_env()
     env.step("tool", SOLUTION_TEXT)
     copy = env.clone()
-    assert copy.givens is env.givens  # immutable state is shared, not copied
+    assert copy.board is env.board and copy.state is env.state  # immutable values are shared, not copied
     copy.step("plan", SOLUTION_TEXT)
     assert copy.done and not env.done
-    assert env.board == PUZZLE and env.turn == 0
+    assert env.state.grid == PUZZLE and env.state.turn == 0
     env.step("tool", "garbage")
-    assert copy.proposal.grid == SOLUTION and env.proposal.grid is None
+    assert copy.state.proposal.grid == SOLUTION and env.state.proposal.grid is None
 
 
 # ----------------------------------------------------------------------------------------------- code mode (sandbox)
@@ -335,13 +344,28 @@ def test_code_mode_expert_program_runs_in_sandbox(size):
     "text, error",
     [
         ("just a grid, no program", "no ```python"),
-        ("```python\nraise SystemExit(3)\n```", "exit code 3"),
-        ("```python\nprint('hello')\n```", "program output unusable"),
+        ("```python\nraise SystemExit(3)\n```", "exited with code 3"),
+        ("```python\nprint('hello')\n```", "the program printed no grid: 'hello\\n'"),
+        ("<think>\n```python\nprint('1 2 3 4')\n```\n</think>", "no ```python"),  # reasoning is not a program
+        ("```python\nprint('\ud800')\n```", "lone surrogate"),
     ],
+    ids=["no-code", "exit-code", "prints-no-grid", "code-in-reasoning", "lone-surrogate"],
 )
 def test_code_mode_failures_are_invalid_moves(text, error):
     env = reset_env(0, tool_mode="code")
     result = env.step("tool", text)
-    assert not result.valid and result.local_reward == INVALID_MOVE_PENALTY
+    assert not result.valid and result.local_reward == INVALID_OUTPUT_REWARD
     assert error in result.info["error"]
     assert error in env.observe("plan")[1]["content"]
+
+
+def test_code_mode_time_limit_option_and_stderr_cap():
+    env = reset_env(0, tool_mode="code", code_time_limit_s=0.5)
+    assert env.blocking_step  # the rollout runs code-mode steps in threads
+    started = time.perf_counter()
+    result = env.step("tool", "```python\nwhile True:\n    pass\n```")
+    assert result.info["error"] == "the program ran out of time"
+    assert time.perf_counter() - started < 3.0  # the 5 s default would not be over yet
+    noisy = env.step("tool", "```python\nimport sys\nsys.exit('x' * 5000 + 'END')\n```")
+    assert noisy.info["error"] == "the program exited with code 1: " + "x" * 297 + "END"  # the last 300 characters
+    assert not SudokuEnv(tool_mode="compact").blocking_step and not SudokuEnv(single_agent=True).blocking_step
