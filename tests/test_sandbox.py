@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+import warnings
+from pathlib import Path
 
 import pytest
 
@@ -160,8 +164,8 @@ def test_parent_environment_is_not_visible(monkeypatch: pytest.MonkeyPatch) -> N
     keys, leaked, parent = result.stdout.splitlines()
     assert set(eval(keys)) <= {"PATH", "HOME", "LANG", "LC_CTYPE"}
     assert leaked == "False"
-    if IS_ROOT:
-        assert parent == "parent environ refused PermissionError"
+    if IS_ROOT:  # the private /proc does not list the parent; without it, the uid drop denies the read
+        assert parent == "parent environ refused FileNotFoundError"
     assert "hunter2" not in result.stdout
 
 
@@ -184,12 +188,120 @@ def test_writes_outside_the_sandbox_do_not_land(tmp_path) -> None:
     for path in targets:
         assert not os.path.exists(path), path
     if IS_ROOT:
-        # The test dir lies under the masked /tmp, so it is not even visible; the rest are root-owned.
+        # The test dir is not in the sandbox's tree; /root and /etc there are root-owned dirs of its tmpfs root.
         assert result.stdout.splitlines() == [
             f"refused {targets[0]} FileNotFoundError",
             f"refused {targets[1]} PermissionError",
             f"refused {targets[2]} PermissionError",
         ]
+
+
+@root_only
+def test_writes_to_world_writable_host_dirs_stay_in_the_run() -> None:
+    """Issue 20: `open('/run/lock/x', 'w')` left the file on the host; /run is not in the sandbox's tree."""
+    name = _marker()
+    dirs = ["/run/lock", "/var/tmp", "/dev/shm", "/tmp"]
+    code = (
+        f"for d in {dirs!r}:\n"
+        "    try:\n"
+        f"        open(d + '/{name}', 'w').write('p')\n"
+        "        print('wrote', d)\n"
+        "    except OSError as e:\n"
+        "        print('refused', d, type(e).__name__)\n"
+    )
+    result = run_python(code)
+    assert result.ok, result
+    assert result.stdout.splitlines() == [
+        "refused /run/lock FileNotFoundError",
+        "wrote /var/tmp",  # the run's own scratch dirs, on its tmpfs
+        "wrote /dev/shm",
+        "wrote /tmp",
+    ]
+    assert [d for d in dirs if os.path.exists(f"{d}/{name}")] == []
+
+
+@pytest.fixture
+def world_writable_unix_socket():
+    """A listening unix socket anyone may connect to, outside the temp dir (where the old masks happened to hide it)."""
+    directory = "/run/lock" if os.path.isdir("/run/lock") else None
+    path = os.path.join(tempfile.mkdtemp(dir=directory), "sock")
+    os.chmod(os.path.dirname(path), 0o755)
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    os.chmod(path, 0o777)
+    server.listen(1)
+    server.setblocking(False)
+    try:
+        yield path, server
+    finally:
+        server.close()
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+
+
+@root_only
+def test_unix_socket_files_are_unreachable_even_through_ctypes(world_writable_unix_socket) -> None:
+    path, server = world_writable_unix_socket
+    code = (
+        "import ctypes, socket, struct\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "fd = libc.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0)\n"
+        f"addr = struct.pack('=H', socket.AF_UNIX) + {path.encode()!r}\n"
+        "print(libc.connect(fd, addr, len(addr)), ctypes.get_errno())\n"
+    )
+    result = run_python(code)
+    assert result.ok, result
+    assert result.stdout == "-1 2\n"  # ENOENT: the socket file is not in the sandbox's tree
+    with pytest.raises(BlockingIOError):
+        server.accept()
+
+
+@root_only
+def test_the_repo_and_world_readable_files_are_not_visible() -> None:
+    readme = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "README.md"))
+    code = (
+        "import os\n"
+        f"for path in ({readme!r}, {os.path.dirname(readme)!r}, '/etc/hostname', '/home', '/sys'):\n"
+        "    print(path, os.path.exists(path))\n"
+        "print(sorted(os.listdir('/')))\n"
+    )
+    result = run_python(code)
+    assert result.ok, result
+    *exists, top = result.stdout.splitlines()
+    assert [line.rsplit(" ", 1)[1] for line in exists] == ["False"] * 5
+    system = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "dev", "proc", "tmp", "var"}
+    assert set(eval(top)) <= system | {"root"}  # /root only on the way to a pyenv interpreter
+
+
+@root_only
+def test_the_work_dir_and_scratch_dirs_share_one_disk_cap() -> None:
+    """Issue 20: 8 MiB files (under the per-file cap) reached 0.7-1.8 GB; now all writes together stop at the cap."""
+    code = (
+        "import errno\n"
+        "written = 0\n"
+        "try:\n"
+        "    for i in range(100):\n"
+        "        with open(('/tmp/', '/dev/shm/', '')[i % 3] + 'f%d' % i, 'wb') as f:\n"
+        "            f.write(bytes(8 << 20))\n"
+        "        written += 8\n"
+        "except OSError as e:\n"
+        "    print(written, errno.errorcode[e.errno])\n"
+    )
+    result = run_python(code, limits=SandboxLimits(max_disk_mb=32, max_file_size_mb=16))
+    assert result.ok, result
+    assert result.stdout == "24 ENOSPC\n"  # three 8 MiB files fit in 32 MiB, the fourth not (the tree takes a little)
+
+
+def test_lone_surrogates_never_raise() -> None:
+    """Issue 20: a lone surrogate in a code block made `run_python` raise UnicodeEncodeError while writing main.py."""
+    in_code = run_python("print('\ud800')")
+    assert in_code.exit_code == 1 and not in_code.ok
+    assert "SyntaxError" in in_code.stderr and "utf-8" in in_code.stderr
+    in_stdin = run_python("import sys\nprint(list(sys.stdin.buffer.read()))", stdin="a\udc80b")
+    assert in_stdin.ok, in_stdin
+    assert in_stdin.stdout == "[97, 237, 178, 128, 98]\n"  # U+DC80 as its three surrogatepass bytes
+    via_async = asyncio.run(arun_python("x = '\udfff'", stdin="\ud800"))
+    assert via_async.exit_code == 1 and "SyntaxError" in via_async.stderr
 
 
 def test_shared_tmp_is_private_to_the_run() -> None:
@@ -241,7 +353,7 @@ def test_network_namespace_blocks_even_raw_sockets(listening_port: int) -> None:
 def test_python_level_socket_block_without_network_namespace(
     monkeypatch: pytest.MonkeyPatch, listening_port: int
 ) -> None:
-    monkeypatch.setattr(sandbox, "_NET_NAMESPACE", False)
+    monkeypatch.setattr(sandbox, "_detected", dataclasses.replace(sandbox.protections(), network=False))
     result = run_python(_SOCKET_PROGRAM.format(port=listening_port))
     assert result.ok, result
     python_line, raw_line = result.stdout.splitlines()
@@ -374,3 +486,62 @@ def test_arun_python_respects_the_concurrency_bound() -> None:
         peak = max(peak, running)
     assert peak == 2  # two at a time: bounded, and actually concurrent
     assert elapsed >= 3 * 0.4
+
+
+@root_only
+def test_every_layer_is_on_as_root() -> None:
+    found = sandbox.protections()
+    assert (found.private_uid, found.filesystem, found.network, found.ipc) == (True, True, True, True)
+    assert found.off() == [] and found.why_off == {}
+
+
+def test_without_root_the_first_run_warns_once_which_layers_are_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "_detected", None)
+    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    with pytest.warns(RuntimeWarning) as record:
+        result = run_python("print('ran')")
+    assert result.stdout == "ran\n"  # weaker, not refused
+    assert len(record) == 1
+    message = str(record[0].message)
+    assert message.startswith("verl_mas.sandbox runs with weaker isolation; these layers are off:\n")
+    for layer in ("private_uid", "filesystem", "network", "ipc"):
+        assert f"\n- {layer} (not root; rootless isolation is not implemented): " in message
+    assert "write wherever this user or anyone may (/tmp, /run/lock)" in message
+    assert sandbox.protections().off() == ["private_uid", "filesystem", "network", "ipc"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert run_python("pass").ok  # said once, at the start
+
+
+@root_only
+def test_a_kernel_refusing_namespaces_is_reported_at_start() -> None:
+    """Root without CAP_SYS_ADMIN (a default container): unshare is refused, and the first run says which layers are
+    off. Runs then go on with the uid drop alone, or, where that user cannot read the interpreter, fail at start."""
+    script = (
+        "import warnings\n"
+        "warnings.simplefilter('always')\n"
+        "from verl_mas import sandbox\n"
+        "result = sandbox.run_python('import os\\nprint(os.getuid())')\n"
+        "print(result.stdout.strip())\n"
+        "print(sandbox.protections().off())\n"
+    )
+    drop_sys_admin = (  # PR_CAPBSET_DROP of CAP_SYS_ADMIN, then exec: the new image has no CAP_SYS_ADMIN
+        "import ctypes, os, sys\n"
+        "assert ctypes.CDLL(None).prctl(24, 21, 0, 0, 0) == 0\n"
+        "os.execv(sys.executable, [sys.executable, '-c', sys.argv[1]])\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", drop_sys_admin, script], capture_output=True, text=True, timeout=120)
+    assert "RuntimeWarning: verl_mas.sandbox runs with weaker isolation" in proc.stderr
+    for layer in ("filesystem", "network", "ipc"):
+        assert f"- {layer} (PermissionError: [Errno 1] sandbox: unshare(" in proc.stderr
+    assert "- private_uid" not in proc.stderr
+    prefix = os.path.realpath(sys.base_prefix)
+    if all(os.stat(d).st_mode & 0o001 for d in [prefix, *map(str, Path(prefix).parents)]):
+        assert proc.returncode == 0, proc.stderr
+        uid, off = proc.stdout.splitlines()
+        assert sandbox._UID_BASE <= int(uid) < sandbox._UID_BASE + sandbox._UID_SPAN
+        assert off == "['filesystem', 'network', 'ipc']"
+    else:  # e.g. a pyenv interpreter under /root: only the private root made it readable to the sandbox user
+        assert proc.returncode == 1 and proc.stdout == ""
+        assert "RuntimeError: sandbox: a trivial program fails with layers ['private_uid']: " in proc.stderr
+        assert f"the sandbox user must be able to read {prefix}" in proc.stderr
