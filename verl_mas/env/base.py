@@ -74,7 +74,8 @@ class MultiAgentEnv(abc.ABC):
 
     Subclasses hold only task state (boards, positions, last moves), never models or chat histories,
     so that `clone` is an explicit, cheap copy. `step` must be deterministic given the state and
-    the text: the rollout may replay a chosen move on a fresh clone.
+    the text: the rollout may replay a chosen move on a fresh clone. `verl_mas.env.check_env` checks a
+    subclass against every rule the rollout relies on.
     """
 
     #: registry name, set by `register_env`
@@ -82,8 +83,9 @@ class MultiAgentEnv(abc.ABC):
 
     @property
     def blocking_step(self) -> bool:
-        """True when `step` may block for long (it runs model-written code): the rollout then runs
-        the K candidate steps in worker threads instead of on the event loop."""
+        """True when `step` may block for long (it runs model-written code): the rollout then runs every
+        step of this env (the K candidates, and in parallel workflows the replay of the chosen moves) in
+        worker threads instead of on the event loop."""
         return False
 
     @abc.abstractmethod
