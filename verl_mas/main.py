@@ -18,6 +18,7 @@ from verl.utils.logging_utils import configure_verl_logging
 import verl_mas.plugin  # noqa: F401  (registers the at_grpo estimator in this process)
 from verl_mas.dataset import read_tasks
 from verl_mas.verl_engine.config import MasConfig, MasConfigError
+from verl_mas.verl_engine.cpu import select_cpu
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 AGENT_LOOPS_FILE = CONFIG_DIR / "agent_loops.yaml"
@@ -113,6 +114,8 @@ class MasTaskRunner(TaskRunnerV1.__ray_actor_class__):
 
 @hydra.main(config_path="config", config_name="mas_trainer", version_base=None)
 def main(config: DictConfig) -> None:
+    if config.trainer.device == "cpu":
+        select_cpu()
     auto_set_device(config)
     check_config(config)
     run_ppo(config, task_runner_class=MasTaskRunner)

@@ -53,6 +53,8 @@ class MasConfig:
             the no-tree baseline's grouping).
         policies: per-policy settings keyed by policy id (as the router names them); a policy not listed here
             uses the defaults of `PolicyConfig`.
+        update_audit: a JSONL path, or None: one line per step and policy with the fields and rows (task, role,
+            turn, advantage) that policy's actor update received, read back as the actor reads them.
     """
 
     env: str
@@ -61,6 +63,7 @@ class MasConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     grouping: Grouping = "task_role_turn"
     policies: Mapping[str, PolicyConfig] = field(default_factory=dict)
+    update_audit: str | None = None
 
     def __post_init__(self) -> None:
         if self.grouping not in GROUPINGS:
@@ -72,6 +75,8 @@ class MasConfig:
             raise MasConfigError(
                 "mas.rollout.with_expert must be false: expert moves feed scripted policies, not model generation"
             )
+        if self.update_audit is not None and not (isinstance(self.update_audit, str) and self.update_audit):
+            raise MasConfigError(f"mas.update_audit must be a file path or null, got {self.update_audit!r}")
         router = self.policy_router()
         for policy_id, policy in self.policies.items():
             key = f"mas.policies.{policy_id}"

@@ -253,6 +253,22 @@ def _patch_backend() -> None:
         workers.initialize_global_process_group_ray = initialize_on_cpu
 
 
+def select_cpu() -> None:
+    """Run this process, and every process it starts, on the CPU platform (what `trainer.device=cpu` asks for)."""
+    from verl.plugin.platform import get_platform, set_platform
+
+    os.environ["VERL_PLATFORM"] = PLATFORM_NAME
+    register()
+    if get_platform().device_name != PLATFORM_NAME:  # resolved before the variable was set
+        set_platform(_registered_class()())
+
+
+def _registered_class() -> type:
+    from verl.plugin.platform import PlatformRegistry
+
+    return PlatformRegistry.get(PLATFORM_NAME)
+
+
 def register() -> None:
     """Add the `cpu` platform to verl's registry; with `VERL_PLATFORM=cpu`, also install the two shims."""
     from verl.plugin.platform import PlatformRegistry

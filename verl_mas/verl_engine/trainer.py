@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,6 +20,7 @@ from transfer_queue import KVBatchMeta
 from verl.checkpoint_engine import CheckpointEngineManager
 from verl.experimental.reward_loop import RewardLoopManager
 from verl.protocol import DataProto
+from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.ray import (
     RayClassWithInitArgs,
     RayResourcePool,
@@ -44,6 +46,8 @@ from verl_mas.verl_engine.config import MasConfig, MasConfigError, PolicyConfig
 from verl_mas.verl_engine.routing import PolicyRoutingClient
 
 logger = logging.getLogger(__name__)
+
+MAS_POLICY_KEY = "mas_policy"  # in actor_rollout_ref.rollout.custom (verl's free-form slot): the worker's policy
 
 
 # ------------------------------------------------------------------ the advantage step (pure, CPU-testable)
@@ -165,7 +169,50 @@ def sample_metrics(tags: SampleTags, grouping: str) -> dict[str, float]:
         lowest = np.full(len(counts), np.inf)
         np.minimum.at(lowest, group, rewards)
         metrics[f"mas/{role}/zero_variance_group_share"] = float((highest == lowest).mean())
+    for turn in sorted(set(tags.turn[real].tolist())):
+        rows = real & (tags.turn == turn)
+        metrics[f"mas/turn_{turn}/reward/mean"] = float(tags.mixed_reward[rows].mean())
+        metrics[f"mas/turn_{turn}/invalid_share"] = float((~tags.valid[rows]).mean())
+        metrics[f"mas/turn_{turn}/samples"] = float(rows.sum())
     return metrics
+
+
+def update_audit_record(step: int, policy: str, fields: Sequence[str], data: TensorDict, tags: SampleTags) -> dict:
+    """What one policy's actor update received: its field list and, per row, the tags and the advantage.
+
+    A row's `advantage` is the mean over its response tokens and `advantage_spread` the max - min there (AT-GRPO
+    spreads one value over a sample's tokens, so the spread is 0); both are None when the batch has no advantages.
+    `logprob_gap` is the largest |sampler log-prob - actor's recomputed log-prob| over the row's response tokens
+    (None without both), which shows whether the rollout served the weights the actor trains.
+    """
+
+    def per_row(name: str) -> list[torch.Tensor] | None:
+        return data[name].unbind() if name in data.keys() else None
+
+    rows = []
+    advantages, masks = per_row("advantages"), per_row("response_mask")
+    sampler, actor = per_row("rollout_log_probs"), per_row("old_log_probs")
+    for i in range(len(tags.padding)):
+        row = {
+            "task_uid": str(tags.task_uid[i]),
+            "role": str(tags.role[i]),
+            "turn": int(tags.turn[i]),
+            "policy": str(tags.policy[i]),
+            "padding": bool(tags.padding[i]),
+            "reward": float(tags.mixed_reward[i]),
+            "advantage": None,
+            "advantage_spread": None,
+            "logprob_gap": None,
+        }
+        tokens = masks[i].bool() if masks is not None else None
+        if advantages is not None and tokens is not None and tokens.any():
+            values = advantages[i][tokens].double()
+            row["advantage"] = float(values.mean())
+            row["advantage_spread"] = float(values.max() - values.min())
+        if sampler is not None and actor is not None and tokens is not None and tokens.any():
+            row["logprob_gap"] = float((sampler[i][tokens].double() - actor[i][tokens].double()).abs().max())
+        rows.append(row)
+    return {"step": step, "policy": policy, "fields": sorted(fields), "rows": rows}
 
 
 def split_by_policy(
@@ -218,22 +265,50 @@ def build_policy_worker_groups(
     return groups
 
 
+def server_name_prefix(policy: str, rollout_name: str) -> str:
+    """Ray actor-name prefix of a policy's LLM servers, e.g. `mas_tool_vllm_` (verl's own is `vllm_`)."""
+    return f"mas_{policy}_{rollout_name}_"
+
+
 class PolicyLLMServerManager(LLMServerManager):
-    """verl's server manager with the policy id in every replica's Ray actor names (replica ranks stay 0..R-1:
-    hybrid replicas index their own policy's worker group by rank)."""
+    """verl's server manager whose replicas name their server actors `mas_<policy>_<rollout>_server_<rank>_<node>`.
+
+    Replica ranks stay 0..R-1 within each policy (a hybrid replica indexes its own policy's worker group by rank);
+    the policy in the name keeps two policies' servers apart, and `PolicyActorRolloutRefWorker` looks its server up
+    under the same name for weight sync.
+    """
 
     def __init__(self, config: DictConfig, *, policy: str, **kwargs: Any) -> None:
         rollout = config.actor_rollout_ref.rollout
         replica_class = get_rollout_replica_class(rollout.name, disaggregation_enabled=rollout.disaggregation.enabled)
+        prefix = server_name_prefix(policy, rollout.name)
 
-        def named_replica(*args: Any, **replica_kwargs: Any):
-            return replica_class(*args, name_suffix=f"mas_{policy}", **replica_kwargs)
+        class PolicyReplica(replica_class):
+            def _get_server_name_prefix(self) -> str:
+                return prefix
 
-        self.rollout_replica_class = named_replica
+        self.rollout_replica_class = PolicyReplica
         super().__init__(config, **kwargs)
 
 
-def policy_trainer_config(config: DictConfig, settings: PolicyConfig, n_gpus_per_node: int) -> DictConfig:
+class PolicyActorRolloutRefWorker(ActorRolloutRefWorker):
+    """verl's actor-rollout worker whose rollout adapter finds its own policy's server (see PolicyLLMServerManager).
+
+    The policy comes from `actor_rollout_ref.rollout.custom.mas_policy`, which `policy_trainer_config` sets.
+    """
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self):
+        super().init_model()
+        rollout = getattr(self, "rollout", None)
+        if rollout is not None:
+            prefix = server_name_prefix(self.config.rollout.custom[MAS_POLICY_KEY], self.config.rollout.name)
+            rollout._get_server_name_prefix = lambda: prefix
+
+
+def policy_trainer_config(
+    config: DictConfig, policy: str, settings: PolicyConfig, n_gpus_per_node: int
+) -> DictConfig:
     """A copy of verl's whole config in which actor_rollout_ref is this policy's (model, LoRA, GPUs)."""
     policy_config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
     with open_dict(policy_config):
@@ -243,6 +318,10 @@ def policy_trainer_config(config: DictConfig, settings: PolicyConfig, n_gpus_per
         if settings.lora_rank:
             model.lora_rank = settings.lora_rank
         policy_config.actor_rollout_ref.rollout.n_gpus_per_node = n_gpus_per_node
+        policy_config.actor_rollout_ref.rollout.custom = {
+            **(policy_config.actor_rollout_ref.rollout.get("custom") or {}),
+            MAS_POLICY_KEY: policy,
+        }
         policy_config.trainer.n_gpus_per_node = n_gpus_per_node
     return policy_config
 
@@ -345,14 +424,18 @@ class AtGrpoTrainer(PPOTrainerSync):
         )
         self.resource_pool_manager.create_resource_pool()
         pools = {p: self.resource_pool_manager.resource_pool_dict[policy_pool_name(p)] for p in gpus}
-        configs = {p: policy_trainer_config(self.config, s, gpus[p]) for p, s in self.mas.policy_settings().items()}
+        configs = {
+            p: policy_trainer_config(self.config, p, s, gpus[p]) for p, s in self.mas.policy_settings().items()
+        }
         for policy, policy_config in configs.items():
             self._check_tokenizer(policy, policy_config)
         roles = {p: self._actor_role(c) for p, c in configs.items()}
 
         def worker_class_of(policy: str) -> tuple[str, RayClassWithInitArgs]:
             return str(roles[policy]), RayClassWithInitArgs(
-                cls=ray.remote(ActorRolloutRefWorker), config=configs[policy].actor_rollout_ref, role=str(roles[policy])
+                cls=ray.remote(PolicyActorRolloutRefWorker),
+                config=configs[policy].actor_rollout_ref,
+                role=str(roles[policy]),
             )
 
         groups = build_policy_worker_groups(pools, worker_class_of, device_name=self.config.trainer.device)
@@ -517,6 +600,8 @@ class AtGrpoTrainer(PPOTrainerSync):
         parts = split_by_policy(batch, policy_of_row, self.router.policies)
         if self.config.trainer.critic_warmup <= self.global_steps:
             for policy, part in parts.items():
+                if self.mas.update_audit:
+                    self._audit_update(policy, part)
                 with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
                     with marked_timer("update_actor", timing_raw, color="red"):
                         self._update_actor(part, metrics=policy_metrics)
@@ -531,6 +616,18 @@ class AtGrpoTrainer(PPOTrainerSync):
         own: dict = {}
         yield own
         metrics.update({f"policy/{policy}/{name}": value for name, value in own.items()})
+
+    def _audit_update(self, policy: str, part: KVBatchMeta) -> None:
+        """Append what `policy`'s update is about to receive to `mas.update_audit`, fetched as the worker fetches it
+        (only the fields the batch's metadata lists)."""
+        fields = list(part.fields or [])
+        data = tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=fields + ["extra_fields"])
+        tags = SampleTags.from_rows(_rows(data["extra_fields"]), [t.get("is_padding", False) for t in part.tags])
+        record = update_audit_record(self.global_steps, policy, fields, data, tags)
+        path = os.path.expanduser(self.mas.update_audit)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
 
     def _row_policies(self, batch: KVBatchMeta) -> list[str]:
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
