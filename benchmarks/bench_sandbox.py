@@ -1,4 +1,8 @@
-"""Sandbox throughput: runs per second of a short program, sequentially and through arun_python."""
+"""Sandbox throughput: runs per second of a short program, sequentially and through arun_python.
+
+Each figure is the median of REPEATS measurements, as the machine is often shared; the isolation layers the runs got
+(`protections()`) are recorded with them, since each layer adds set-up work to every run.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,17 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from pathlib import Path
 
-from verl_mas.sandbox import arun_python, run_python, set_max_concurrency
+from verl_mas.sandbox import arun_python, protections, run_python, set_max_concurrency
 
 CODE = "print(sum(range(1000)))"
 EXPECTED = "499500\n"
 RUNS = 40
+REPEATS = 3
 
 
 def bench_sequential(runs: int) -> float:
@@ -37,10 +43,12 @@ def bench_concurrent(runs: int, concurrency: int) -> float:
 
 
 def main() -> None:
-    run_python(CODE)  # warm the page cache before timing
-    figures = {"sequential": bench_sequential(RUNS)}
+    run_python(CODE)  # warm the page cache (and detect the layers) before timing
+    figures = {"sequential": statistics.median(bench_sequential(RUNS) for _ in range(REPEATS))}
     for concurrency in (2, 4):
-        figures[f"arun_concurrency_{concurrency}"] = bench_concurrent(RUNS, concurrency)
+        rates = [bench_concurrent(RUNS, concurrency) for _ in range(REPEATS)]
+        figures[f"arun_concurrency_{concurrency}"] = statistics.median(rates)
+    off = protections().off()
     for name, rate in figures.items():
         print(f"{name:>22}: {rate:7.1f} runs/s")
     out = Path(__file__).parent / "results" / "sandbox.json"
@@ -50,6 +58,8 @@ def main() -> None:
             {
                 "program": CODE,
                 "runs_per_measurement": RUNS,
+                "measurements_per_figure": REPEATS,
+                "layers_off": off,
                 "runs_per_second": {k: round(v, 1) for k, v in figures.items()},
                 "cpus": os.cpu_count(),
                 "as_root": os.geteuid() == 0,

@@ -39,6 +39,7 @@ import os
 import platform
 import random
 import re
+import resource
 import selectors
 import shutil
 import signal
@@ -365,6 +366,7 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: 
     fsize = limits.max_file_size_mb * 1024 * 1024
     memory = limits.memory_mb * 1024 * 1024
     disk = limits.max_disk_mb * 1024 * 1024
+    open_files = _open_files_limit()
     config = {
         "uid": uid,
         "cwd": workdir,
@@ -377,7 +379,7 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: 
             ("RLIMIT_AS", memory, memory),
             ("RLIMIT_NPROC", limits.max_processes, limits.max_processes),
             ("RLIMIT_FSIZE", fsize, fsize),
-            ("RLIMIT_NOFILE", _MAX_OPEN_FILES, _MAX_OPEN_FILES),
+            ("RLIMIT_NOFILE", open_files, open_files),
             ("RLIMIT_CORE", 0, 0),  # SIGXCPU/SIGSEGV would otherwise dump core into the workdir
         ],
     }
@@ -528,6 +530,12 @@ def _live_pids_of_uid(uid: int) -> list[int]:
         if state and uids and state.group(1) not in "ZX" and str(uid) in uids.group(1).split():
             found.append(int(entry))
     return found
+
+
+def _open_files_limit() -> int:
+    """_MAX_OPEN_FILES, or the parent's lower hard limit (only root may raise a hard limit)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return _MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else min(_MAX_OPEN_FILES, hard)
 
 
 def _pick_uid() -> int:
