@@ -267,3 +267,31 @@ def test_episodes_wait_for_each_others_thread_steps_only_in_lockstep(lockstep):
         assert sorted(calls[2:]) == [("t0/a", 1, (0, 0), False), ("t1/a", 1, (1, 0), False)]
     else:  # t1's second turn is asked for while t0's first steps still sleep
         assert calls[2:] == [("t1/a", 1, (1, 0), True), ("t0/a", 1, (0, 0), False)]
+
+
+def test_with_expert_moves_requests_arrive_in_rollout_order_whatever_thread_finishes_first(monkeypatch):
+    """A recorder (a warm start's) answers at once and keeps what it is asked in arrival order: episodes of a
+    blocking env meet at a barrier after their steps and go on in rollout order, as if the steps ran on the loop."""
+
+    def factory(task: Task) -> BlockingCounterEnv:
+        env = BlockingCounterEnv(lambda: time.sleep(random.random() * 0.003), max_turns=3)
+        env.reset(task)
+        env.target = 9
+        return env
+
+    def arrivals(blocking: bool) -> list[tuple[str, int]]:
+        monkeypatch.setattr(BlockingCounterEnv, "blocking_step", property(lambda self: blocking))
+        seen: list[tuple[str, int]] = []
+
+        async def record(request):
+            seen.append((request.request_id, request.turn))
+            return [Generation(request.expert, (), ())] * request.n
+
+        tasks = [Task(f"t{i}", "counter", i) for i in range(8)]
+        asyncio.run(rollout_tasks(tasks, record, ROUTER, RolloutConfig(k=3, with_expert=True), factory))
+        return seen
+
+    on_the_loop = arrivals(blocking=False)
+    assert len(on_the_loop) == 8 * 3  # the expert adds 3 a move: a and b in turn 0, a in turn 1 reaches 9
+    for _ in range(3):
+        assert arrivals(blocking=True) == on_the_loop

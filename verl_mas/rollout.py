@@ -58,15 +58,48 @@ class OffloadedSteps:
     """The env steps one event loop runs in threads (`blocking_step` envs): while any is in flight, more requests
     are on their way, and once any has run, requests arrive in the order threads happened to finish.
 
-    A batching generator sets `lockstep`: a step's episode then resumes only once no step is in flight, so that
-    all of them reach their next requests in the same tick. Without it (a server answers each request on its
-    own) an episode goes on as soon as its own step is done.
+    `lockstep` restores the rollout's order: an episode of a blocking env whose steps are done waits at a barrier
+    until every such episode is waiting there or over, and then all resume in rollout order (`order`), so their
+    next requests are made in the same tick and in the same order whichever thread finished first. A batching
+    generator sets it (it then serves a batch in that order), and so does a rollout with expert moves (an
+    in-process scripted policy or warm-start recorder answers at once, so waiting costs nothing, and what it
+    records stays in rollout order). Without it (a server answers each request on its own) an episode goes on as
+    soon as its own steps are done.
+
+    Attributes:
+        in_flight: steps running in threads now.
+        ran: some step ran in a thread on this loop.
+        idle: set while no step is in flight.
+        on_the_way: episodes of blocking envs that are neither at the barrier nor over.
+        waiting: (order, resume) of the episodes at the barrier.
     """
 
     in_flight: int = 0
     ran: bool = False
     lockstep: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+    on_the_way: int = 0
+    waiting: list[tuple[tuple[int, ...], asyncio.Future[None]]] = field(default_factory=list)
+
+    async def barrier(self, order: tuple[int, ...]) -> None:
+        """Wait until every episode of a blocking env is here or over; then all resume, in `order`."""
+        resume = asyncio.get_running_loop().create_future()
+        self.waiting.append((order, resume))
+        self.leave()
+        await resume
+
+    def leave(self) -> None:
+        """An episode of a blocking env stops being on its way: it waits at the barrier, or it is over."""
+        self.on_the_way -= 1
+        if self.on_the_way == 0 and self.waiting:
+            # From the loop, not from here: the episode arriving last must wait its turn too.
+            asyncio.get_running_loop().call_soon(self._release)
+
+    def _release(self) -> None:
+        waiting, self.waiting = sorted(self.waiting, key=lambda item: item[0]), []
+        self.on_the_way = len(waiting)
+        for _, resume in waiting:  # their tasks wake in this order
+            resume.set_result(None)
 
 
 _offloaded_steps: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, OffloadedSteps] = weakref.WeakKeyDictionary()
@@ -88,14 +121,11 @@ async def _step_in_thread(move: Callable[[], StepResult], task: Task, what: str)
     steps.ran = True
     steps.idle.clear()
     try:
-        result = await asyncio.to_thread(_guard, move, task, what)
+        return await asyncio.to_thread(_guard, move, task, what)
     finally:
         steps.in_flight -= 1
         if steps.in_flight == 0:
             steps.idle.set()
-    if steps.lockstep:  # resume with every other step in flight, whichever thread finished first
-        await steps.idle.wait()
-    return result
 
 
 @dataclass(frozen=True)
@@ -206,28 +236,38 @@ async def rollout_task(
     `order` is the episode's position among those rolled out together (its requests carry it, with the role's).
     """
     result = EpisodeResult(task=task)
+    steps = offloaded_steps()
+    if config.with_expert:
+        steps.lockstep = True  # see OffloadedSteps
+    blocking = False
     try:
         state = _guard(lambda: env_factory(task), task, "reset")
-        workflow = state.workflow()
+        # Read once: an episode of a blocking env counts among those a lockstep barrier waits for until it is over.
+        blocking = bool(_guard(lambda: state.blocking_step, task, "blocking_step"))
+        steps.on_the_way += blocking
+        workflow = _guard(state.workflow, task, "workflow")
         max_turns = min(workflow.max_turns, config.max_turns or workflow.max_turns)
         for turn in range(max_turns):
-            if state.done:
+            if _guard(lambda: state.done, task, "done"):
                 break
             if workflow.mode == "sequential":
                 for role in workflow.roles:
-                    if state.done:
+                    if _guard(lambda: state.done, task, "done"):
                         break
-                    step = _tree_step(state, task, (role,), turn, generate, router, config, result, order)
+                    step = _tree_step(state, task, (role,), turn, generate, router, config, result, order, blocking)
                     state = (await step)[role][0]
             else:
-                chosen = await _tree_step(state, task, workflow.roles, turn, generate, router, config, result, order)
-                state = await _apply_joint(state, task, workflow.roles, chosen)
+                step = _tree_step(state, task, workflow.roles, turn, generate, router, config, result, order, blocking)
+                state = await _apply_joint(state, task, workflow.roles, await step, order, blocking)
             result.turns = turn + 1
         result.success = bool(_guard(state.success, task, "success"))
         result.team_reward = _final_team_reward(result)
     except EnvironmentFailure as exc:
         result.error = str(exc)
         logger.warning("task %s abandoned: %s", task.uid, exc)
+    finally:
+        if blocking:
+            steps.leave()
     return result
 
 
@@ -240,7 +280,8 @@ async def _tree_step(
     router: PolicyRouter,
     config: RolloutConfig,
     result: EpisodeResult,
-    order: tuple[int, ...] = (),
+    order: tuple[int, ...],
+    blocking: bool,
 ) -> dict[str, tuple[MultiAgentEnv, str]]:
     """Sample K candidates for each of `roles` against the same `state`; return each role's best clone and text."""
     requests = [
@@ -266,7 +307,7 @@ async def _tree_step(
         # Each candidate is scored on its own clone of the same state, so rewards reflect that move alone.
         branches = [_guard(state.clone, task, "clone") for _ in candidates]
         moves = [lambda b=b, r=req.role, t=g.text: b.step(r, t) for b, g in zip(branches, candidates, strict=True)]
-        steps = await _run_steps(state, moves, task, f"step({req.role})")
+        steps = await _run_steps(moves, task, f"step({req.role})", req.order, blocking)
         rewards = [config.alpha * s.team_reward + s.local_reward for s in steps]
         scores = rewards if config.select == "reward" else [s.team_reward for s in steps]
         best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # ties: lowest index
@@ -278,24 +319,34 @@ async def _tree_step(
 
 
 async def _apply_joint(
-    state: MultiAgentEnv, task: Task, roles: tuple[str, ...], chosen: dict[str, tuple[MultiAgentEnv, str]]
+    state: MultiAgentEnv,
+    task: Task,
+    roles: tuple[str, ...],
+    chosen: dict[str, tuple[MultiAgentEnv, str]],
+    order: tuple[int, ...],
+    blocking: bool,
 ) -> MultiAgentEnv:
     """Parallel workflow: replay each role's chosen move, in role order, on one fresh clone of `state`."""
     joint = _guard(state.clone, task, "clone")
-    for role in roles:
+    for index, role in enumerate(roles):
         text = chosen[role][1]
-        await _run_steps(joint, [lambda r=role, t=text: joint.step(r, t)], task, f"step({role})")
+        await _run_steps([lambda r=role, t=text: joint.step(r, t)], task, f"step({role})", (*order, index), blocking)
     return joint
 
 
 async def _run_steps(
-    state: MultiAgentEnv, moves: Sequence[Callable[[], StepResult]], task: Task, what: str
+    moves: Sequence[Callable[[], StepResult]], task: Task, what: str, order: tuple[int, ...], blocking: bool
 ) -> list[StepResult]:
-    """Run `moves`, steps on distinct clones of `state`: all at once in worker threads when the env says
-    `blocking_step` (it runs model-written code), else one by one on the event loop."""
-    if _guard(lambda: state.blocking_step, task, "blocking_step"):
-        return list(await asyncio.gather(*(_step_in_thread(move, task, what) for move in moves)))
-    return [_guard(move, task, what) for move in moves]
+    """Run `moves`, steps on distinct env clones: for a `blocking` env (its steps run model-written code) all at
+    once in worker threads, then in lockstep to the barrier at `order` (see OffloadedSteps); else one by one on
+    the event loop."""
+    if not blocking:
+        return [_guard(move, task, what) for move in moves]
+    results = list(await asyncio.gather(*(_step_in_thread(move, task, what) for move in moves)))
+    steps = offloaded_steps()
+    if steps.lockstep:
+        await steps.barrier(order)
+    return results
 
 
 def _make_sample(
