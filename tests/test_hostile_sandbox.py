@@ -852,7 +852,20 @@ def test_nothing_reached_the_host(host: Host, batch: dict[str, SandboxResult]) -
     assert Path(host.secret_path).read_text() == host.secret  # still there: the cleanup followed no symlink
     assert all(host.secret not in r.stdout + r.stderr for r in batch.values())
     assert _survivors(host.marker) == []
+    if available.ipc:  # the shm and semaphore bombs' objects died with their IPC namespaces
+        assert _sysv_objects_of_sandbox_uids() == {"shm": 0, "sem": 0, "msg": 0}
     assert hashlib.sha256(Path(os.__file__).read_bytes()).hexdigest() == _OS_PY_HASH
+
+
+def _sysv_objects_of_sandbox_uids() -> dict[str, int]:
+    """SysV objects on the host owned by a sandbox uid (without an IPC namespace, a bomb leaves thousands)."""
+    counts = {}
+    for kind in ("shm", "sem", "msg"):
+        header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        column = header.split().index("uid")
+        uids = [int(row.split()[column]) for row in rows]
+        counts[kind] = sum(sandbox._UID_BASE <= uid < sandbox._UID_BASE + sandbox._UID_SPAN for uid in uids)
+    return counts
 
 
 def _survivors(marker: str) -> list[int]:
