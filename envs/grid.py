@@ -288,7 +288,7 @@ class GridPuzzleEnv(ToolPlanEnv[C, BoardT, GridState[P], Actions], Generic[C, Bo
         state = self.state
         if isinstance(answer, Unreadable):
             proposal = f"The tool agent's reply gave no usable action list: {answer.reason}."
-            return replace(state, proposal=proposal), Move.unreadable(answer.reason)
+            return replace(state, proposal=proposal), Move.rejected(answer.reason)
         simulation = self.simulate(state.position, answer)
         proposal = (
             f"The tool agent proposed: {simulation.summary()}.\n"
@@ -301,7 +301,7 @@ class GridPuzzleEnv(ToolPlanEnv[C, BoardT, GridState[P], Actions], Generic[C, Bo
         state = self.state
         if isinstance(answer, Unreadable):
             last_commit = "The plan agent's reply gave no usable action list; nothing moved."
-            return replace(state, proposal=None, last_commit=last_commit), Move.unreadable(answer.reason)
+            return replace(state, proposal=None, last_commit=last_commit), Move.rejected(answer.reason)
         simulation = self.simulate(state.position, answer)
         outcome = "solved" if simulation.solved else "deadlocked" if simulation.deadlocked else "playing"
         local = self.move_reward(state.position, simulation, self.config.max_turns - state.turn)

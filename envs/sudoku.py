@@ -167,7 +167,7 @@ class SudokuEnv(ToolPlanEnv[SudokuConfig, SudokuBoard, SudokuState, Board]):
         state = self.state
         if isinstance(answer, Unreadable):
             proposal = ToolProposal(state.turn, None, f"no usable grid: {answer.reason}")
-            return replace(state, proposal=proposal), Move.unreadable(answer.reason)
+            return replace(state, proposal=proposal), Move.rejected(answer.reason)
         check = self.check(answer)
         local = self.progress(answer) - VIOLATION_PENALTY * check.violation
         proposal = ToolProposal(state.turn, answer, check.report())
@@ -176,11 +176,11 @@ class SudokuEnv(ToolPlanEnv[SudokuConfig, SudokuBoard, SudokuState, Board]):
     def commit(self, answer: Board | Unreadable) -> tuple[SudokuState, Move]:
         state = self.state
         if isinstance(answer, Unreadable):
-            return state, Move.unreadable(answer.reason)
+            return state, Move.rejected(answer.reason)
         check = self.check(answer)
         if check.changed_givens:
             cells = ", ".join(f"row {r + 1} col {c + 1}" for r, c in check.changed_givens)
-            return state, Move.unreadable(f"changes given cells {cells}")
+            return state, Move.rejected(f"changes given cells {cells}")
         local = self.progress(answer) - VIOLATION_PENALTY * check.violation
         outcome = "solved" if answer == self.board.solution else "playing"
         return replace(state, grid=answer), Move(local, True, {"check": check.report()}, outcome)

@@ -117,7 +117,8 @@ class Move:
     outcome: Outcome = "playing"
 
     @classmethod
-    def unreadable(cls, reason: str) -> Move:
+    def rejected(cls, reason: str) -> Move:
+        """A reply with no usable answer (unreadable, or breaking a rule the puzzle rejects outright)."""
         return cls(INVALID_OUTPUT_REWARD, False, {"error": reason})
 
 

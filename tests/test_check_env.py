@@ -297,7 +297,8 @@ def test_messages_say_what_was_seen() -> None:
         check_env(QuadraticParser, QUICK)
     with pytest.raises(EnvCheckError, match=r"'lone surrogates' reply .* holds text no tokenizer can encode"):
         check_env(EchoesTheReply, QUICK)
-    with pytest.raises(EnvCheckError, match=r"counted as the answer: move inside <think> at seed 0 \(train\), turn 0, role 'a'"):
+    inside = r"counted as the answer: move inside <think> at seed 0 \(train\), turn 0, role 'a'"
+    with pytest.raises(EnvCheckError, match=inside):
         check_env(ReadsInsideReasoning, QUICK)
 
 

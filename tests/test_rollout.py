@@ -12,7 +12,8 @@ import pytest
 
 from mas_testkit import BlockingCounterEnv, CounterEnv, ScriptedGenerator, spread_script
 from verl_mas.env import Task
-from verl_mas.rollout import Generation, RolloutConfig, offloaded_steps, rollout_task, rollout_tasks
+from verl_mas.offload import offloaded_steps
+from verl_mas.rollout import Generation, RolloutConfig, rollout_task, rollout_tasks
 from verl_mas.router import PolicyRouter
 
 ROUTER = PolicyRouter.from_spec("per_role", ("a", "b"))

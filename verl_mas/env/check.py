@@ -152,10 +152,11 @@ class _Checker:
         starts: dict[str, dict[Observations, int]] = {"train": {}, "eval": {}}
         for split in starts:
             for seed in range(self.settings.seeds):
-                env, first = self.start(Task(f"check/{split}/{seed}", self.name, seed, split))
+                task = Task(f"check/{split}/{seed}", self.name, seed, split)
+                env, first = self.start(task)
                 starts[split].setdefault(first, seed)
                 if seed < self.settings.played_seeds:
-                    self.play(env, Task(f"check/{split}/{seed}", self.name, seed, split), first)
+                    self.play(env, task, first)
         shared = starts["train"].keys() & starts["eval"].keys()
         if shared:
             first = next(iter(shared))
