@@ -1,0 +1,57 @@
+"""Adversarial replies through every built-in environment and mode: each is a scored move, never an exception.
+
+Replies are random sequences of pieces a parser trips on (tags, fences, markers, moves, grid rows, characters that
+lengthen when lowered, lone surrogates, control characters), repeated up to thousands of times. Every step must
+return a StepResult with rewards in [-1, 1], within a second, leaving prompts that still encode as UTF-8.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from verl_mas.env import MultiAgentEnv, StepResult, Task, make_env
+
+PIECES = [
+    "<think>", "</think>", "<THINK>", "<answer>", "</answer>", "```python\n", "```\n", "```", "`",
+    "Actions:", "Final answer:", "moves =", "U", "R", "D", "L", "up", "left", "→", "UURD", "[", "]", "'", ",",
+    "1 2 3 4\n", "3 4 1 2\n", "0", ".", "|", "-+-", "Row 1:", "9", "İ", "\ud800", "\udfff", "é", "🙂", "\u200b",
+    "\n", " ", "\t", "\x00", "\x1b", "print('U R')\n", "import sys\n", "x",
+]  # fmt: skip
+MODES = {"compact": {"tool_mode": "compact"}, "code": {"tool_mode": "code"}, "single": {"single_agent": True}}
+SIZES = {"plan_path": {"size": 5}, "sokoban": {"size": 5}, "sudoku": {"size": 4}}
+replies = st.tuples(st.lists(st.sampled_from(PIECES), min_size=1, max_size=30), st.integers(1, 3_000)).map(
+    lambda drawn: "".join(drawn[0]) * drawn[1]
+)
+
+
+@functools.cache
+def started(name: str, mode: str) -> MultiAgentEnv:
+    env = make_env(name, **SIZES[name], **MODES[mode])
+    env.reset(Task(uid="hostile", env=name, seed=0))
+    return env
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("name", sorted(SIZES))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(reply=replies)
+def test_any_reply_is_a_scored_move(name: str, mode: str, reply: str) -> None:
+    env = started(name, mode)
+    for role in env.workflow().roles:
+        branch = env.clone()
+        began = time.perf_counter()
+        result = branch.step(role, reply)
+        # a code-mode reply may hold a program: the sandbox gives it up to 5 s, the reading around it stays quick
+        limit = 1.0 if mode != "code" or "```" not in reply else 8.0
+        assert time.perf_counter() - began < limit
+        assert isinstance(result, StepResult) and isinstance(result.valid, bool)
+        assert all(math.isfinite(r) and -1.0 <= r <= 1.0 for r in (result.team_reward, result.local_reward))
+        for seen in env.workflow().roles:
+            for message in branch.observe(seen):
+                message["content"].encode()
