@@ -10,9 +10,10 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
-from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn
 
-from verl_mas.advantage import compute_at_grpo_advantage, group_ids
+from verl_mas.advantage import compute_at_grpo_advantage, group_ids, registered_estimator
 
 
 def outcome_rewards(scores: list[float], lengths: list[int], width: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
@@ -24,8 +25,14 @@ def outcome_rewards(scores: list[float], lengths: list[int], width: int = 4) -> 
     return rewards, mask
 
 
+# Rewards on a dyadic grid make zero-spread groups exact. The comparison with verl runs in float64:
+# in float32 verl's own group mean (e.g. of 4, 4, 4.125) rounds by ~4e-7, and dividing by a small std
+# amplifies that past 1e-6, which would test verl's rounding rather than the algorithm.
+dyadic = st.integers(min_value=-64, max_value=64).map(lambda k: k / 8)
+
+
 def test_hand_computed_group_by_task_role_turn():
-    # Two tasks share role/turn labels; grouping must keep tasks apart (reference defect 1 merged them).
+    # Two tasks share role/turn labels; grouping must keep tasks apart.
     rewards, mask = outcome_rewards([1.0, 3.0, 2.0, 2.0, 5.0], [2, 3, 1, 4, 2])
     index = np.array(["t0", "t0", "t1", "t1", "t1"], dtype=object)
     role = ["a", "a", "a", "a", "b"]
@@ -92,10 +99,83 @@ def test_group_ids_are_dense_and_keep_distinct_keys_apart():
     assert first != second
 
 
-# Rewards on a dyadic grid make zero-spread groups exact. The comparison with verl runs in float64:
-# in float32 verl's own group mean (e.g. of 4, 4, 4.125) rounds by ~4e-7, and dividing by a small std
-# amplifies that past 1e-6, which would test verl's rounding rather than the algorithm.
-dyadic = st.integers(min_value=-64, max_value=64).map(lambda k: k / 8)
+def test_grouping_chooses_the_key_of_one_batch_by_hand():
+    # One task, roles a and b at turn 0, two candidates each: scores 0, 2 (a) and 4, 10 (b).
+    rewards, mask = outcome_rewards([0.0, 2.0, 4.0, 10.0], [1, 1, 1, 1])
+    keys = {"index": ["t"] * 4, "role": ["a", "a", "b", "b"], "turn": [0, 0, 0, 0], "epsilon": 0.0}
+    by_role_turn, _ = compute_at_grpo_advantage(rewards, mask, grouping="task_role_turn", **keys)
+    s = 1 / math.sqrt(2)  # (a): mean 1, std sqrt 2; (b): mean 7, std sqrt 18
+    assert by_role_turn[:, 0].tolist() == pytest.approx([-s, s, -s, s])
+    by_task, _ = compute_at_grpo_advantage(rewards, mask, grouping="task", **keys)
+    # one group: mean 4, squared deviations 16 + 4 + 0 + 36 = 56, unbiased std sqrt(56 / 3)
+    std = math.sqrt(56 / 3)
+    assert by_task[:, 0].tolist() == pytest.approx([-4 / std, -2 / std, 0.0, 6 / std])
+    # the default is AT-GRPO's key
+    assert torch.equal(compute_at_grpo_advantage(rewards, mask, **keys)[0], by_role_turn)
+
+
+def test_group_ids_under_each_grouping():
+    index, role, turn = ["t0", "t0", "t0", "t1"], ["a", "b", "a", "a"], [0, 0, 1, 0]
+    assert group_ids(4, index=index, role=role, turn=turn).tolist() == [0, 1, 2, 3]
+    assert group_ids(4, index=index, role=role, turn=turn, grouping="task").tolist() == [0, 0, 0, 1]
+    # without role and turn the index is the whole key under either grouping (verl's dispatcher passes a uid only)
+    assert group_ids(4, index=index).tolist() == [0, 0, 0, 1]
+    assert group_ids(3).tolist() == [0, 0, 0]
+    # labels numpy keeps as fixed-width text, labels that cannot be hashed, and missing labels are keys too
+    assert group_ids(3, index=np.array(["x", "y", "x"])).tolist() == [0, 1, 0]
+    assert group_ids(3, index=[[1], [2], [1]], role=["a"] * 3, turn=[0] * 3).tolist() == [0, 1, 0]
+    assert group_ids(3, index=[None, "a", None]).tolist() == [0, 1, 0]
+
+
+def test_combined_keys_never_collide():
+    # codes (b, x) = (1, 0) and (a, y) = (0, 1) would meet in a key of index code + role code
+    ids = group_ids(4, index=["a", "b", "a", "b"], role=["x", "x", "y", "y"], turn=[5, 5, 5, 5]).tolist()
+    assert ids == [0, 1, 2, 3]
+    # a first column with one value leaves the next column as the key
+    assert group_ids(2, index=["t", "t"], role=["a", "a"], turn=[0, 1]).tolist() == [0, 1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    data=st.lists(
+        st.tuples(dyadic, st.integers(0, 4), st.sampled_from("ab"), st.integers(0, 2), st.integers(1, 6)),
+        min_size=1,
+        max_size=40,
+    ),
+    norm=st.booleans(),
+)
+def test_task_grouping_equals_verl_grpo_on_the_same_uid(data, norm):
+    rewards, mask = outcome_rewards([d[0] for d in data], [d[4] for d in data], width=6)
+    rewards, mask = rewards.double(), mask.double()
+    uid = np.array([f"uid{d[1]}" for d in data], dtype=object)
+    role, turn = [d[2] for d in data], [d[3] for d in data]
+    ours, _ = compute_at_grpo_advantage(rewards, mask, uid, role=role, turn=turn, grouping="task", norm_adv_by_std=norm)
+    theirs, _ = compute_grpo_outcome_advantage(rewards, mask, uid, norm_adv_by_std_in_grpo=norm)
+    assert torch.allclose(ours, theirs, atol=1e-6, rtol=1e-6)
+
+
+def test_verl_registry_serves_this_estimator_with_the_grouping_keywords():
+    assert get_adv_estimator_fn("at_grpo") is compute_at_grpo_advantage is registered_estimator()
+    rewards, mask = outcome_rewards([1.0, 3.0, 5.0, 5.0], [1, 2, 1, 2])
+    keys = {"index": ["t"] * 4, "role": ["a", "a", "b", "b"], "turn": [0] * 4}
+    adv, _ = registered_estimator()(token_level_rewards=rewards, response_mask=mask, config=None, **keys)
+    assert adv[:, 0].tolist() == pytest.approx([-1 / math.sqrt(2), 1 / math.sqrt(2), 0.0, 0.0], abs=1e-5)
+    with pytest.raises(TypeError, match="groupng"):  # a misspelt keyword is not swallowed
+        registered_estimator()(token_level_rewards=rewards, response_mask=mask, groupng="task", **keys)
+
+
+def test_an_unregistered_estimator_is_a_clear_error(monkeypatch):
+    monkeypatch.delitem(core_algos.ADV_ESTIMATOR_REGISTRY, "at_grpo")
+    with pytest.raises(RuntimeError, match="not in verl's estimator registry.*verl_mas.plugin"):
+        registered_estimator()
+
+
+def test_advantages_take_the_rewards_dtype_whatever_the_masks():
+    rewards, mask = outcome_rewards([1.0, 2.0], [1, 2])
+    for other in (mask.bool(), mask.double(), mask.long()):
+        adv, _ = compute_at_grpo_advantage(rewards, other, ["t", "t"])
+        assert adv.dtype == torch.float32
+        assert adv.tolist() == compute_at_grpo_advantage(rewards, mask, ["t", "t"])[0].tolist()
 
 
 @example(data=[(4.0, 0, 1), (4.0, 0, 1), (4.125, 0, 1)], norm=True)  # failed in float32: see above
@@ -141,6 +221,7 @@ def test_through_verl_compute_advantage_with_composite_uid():
             "token_level_rewards": rewards,
             "response_mask": mask,
             "responses": torch.zeros(4, 4, dtype=torch.long),
+            "reward_baselines": torch.full((4,), 100.0),  # the dispatcher passes them on; the group mean is ours
         },
         non_tensors={"uid": uid},
     )
@@ -169,11 +250,21 @@ def test_invalid_input_raises_value_error(make, message):
         compute_at_grpo_advantage(rewards, mask, index)
 
 
-def test_role_without_turn_is_rejected():
+@pytest.mark.parametrize("grouping", ["task_role_turn", "task"])
+def test_role_without_turn_is_rejected(grouping):
     with pytest.raises(ValueError, match="both role and turn"):
-        compute_at_grpo_advantage(torch.zeros(2, 1), torch.ones(2, 1), ["t", "t"], role=["a", "b"])
+        compute_at_grpo_advantage(torch.zeros(2, 1), torch.ones(2, 1), ["t", "t"], role=["a", "b"], grouping=grouping)
 
 
-def test_mismatched_role_length_is_named():
+@pytest.mark.parametrize("grouping", ["task_role_turn", "task"])
+def test_mismatched_role_length_is_named(grouping):
+    # checked under "task" too: a batch whose columns disagree is broken whichever key is used
     with pytest.raises(ValueError, match="role has 1 entries"):
-        compute_at_grpo_advantage(torch.zeros(2, 1), torch.ones(2, 1), ["t", "t"], role=["a"], turn=[0, 0])
+        compute_at_grpo_advantage(
+            torch.zeros(2, 1), torch.ones(2, 1), ["t", "t"], role=["a"], turn=[0, 0], grouping=grouping
+        )
+
+
+def test_unknown_grouping_is_rejected_with_the_choices():
+    with pytest.raises(ValueError, match=r"grouping must be one of \['task_role_turn', 'task'\], got 'turn'"):
+        compute_at_grpo_advantage(torch.zeros(2, 1), torch.ones(2, 1), ["t", "t"], grouping="turn")

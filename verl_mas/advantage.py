@@ -1,66 +1,78 @@
-"""The `at_grpo` advantage estimator: group-normalised rewards per (task, role, turn)."""
+"""The `at_grpo` advantage estimator: group-normalised rewards, grouped by (task, role, turn) or by task alone."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, get_args
 
 import numpy as np
+import pandas as pd
 import torch
 
 ESTIMATOR_NAME = "at_grpo"
 # How samples are grouped for the advantage: AT-GRPO's (task, role, turn), or plain GRPO's task (the ablation).
 Grouping = Literal["task_role_turn", "task"]
 GROUPINGS: tuple[str, ...] = get_args(Grouping)
+Labels = np.ndarray | Sequence
 
 
 def compute_at_grpo_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
-    index: np.ndarray | Sequence | None = None,
+    index: Labels | None = None,
     config: Any = None,
     *,
-    role: np.ndarray | Sequence | None = None,
-    turn: np.ndarray | Sequence | None = None,
+    role: Labels | None = None,
+    turn: Labels | None = None,
+    grouping: Grouping = "task_role_turn",
     epsilon: float = 1e-6,
     norm_adv_by_std: bool | None = None,
+    reward_baselines: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """AT-GRPO advantages, broadcast over each sample's response tokens.
+
+    verl's dispatcher calls it as fn(token_level_rewards=, response_mask=, config=, index=); both engines add
+    role=, turn= and grouping=.
 
     Args:
         token_level_rewards: [bs, L]; a sample's score is the sum of its row.
         response_mask: [bs, L]; advantages are zero outside it.
         index: [bs] task (or prompt) ids; None puts the whole batch in one group.
         config: verl's algorithm config; `norm_adv_by_std_in_grpo` is read from it when present.
-        role: [bs] role names; with `turn`, groups are keyed (index, role, turn).
+        role: [bs] role names; passed together with `turn`.
         turn: [bs] turn numbers.
+        grouping: "task_role_turn" keys groups (index, role, turn) (index alone when role and turn are not
+            given: verl's dispatcher passes only a uid); "task" keys them by index alone.
         epsilon: added to the group std before dividing.
         norm_adv_by_std: divide by the group std; None reads the config, else True.
+        reward_baselines: verl's dispatcher passes them when the batch has some; unused (the baseline is the
+            group mean).
 
     Returns:
         (advantages, returns), equal, [bs, L]. Groups of one get mean 0 and std 1, as in verl's GRPO.
 
     Raises:
-        ValueError: empty batch, mismatched shapes or lengths, non-finite rewards, role without turn.
+        ValueError: empty batch, mismatched shapes or lengths, non-finite rewards, role without turn, unknown
+            grouping.
     """
-    scores_f64, mask = _validate(token_level_rewards, response_mask)
-    n = scores_f64.shape[0]
-    group = group_ids(n, index=index, role=role, turn=turn)
+    scores = _validated_scores(token_level_rewards, response_mask)
+    group = torch.from_numpy(group_ids(scores.shape[0], index=index, role=role, turn=turn, grouping=grouping))
     if norm_adv_by_std is None:
         norm_adv_by_std = bool(_config_get(config, "norm_adv_by_std_in_grpo", True))
 
     with torch.no_grad():
-        g = torch.from_numpy(group)
-        num_groups = int(group.max()) + 1
-        counts = torch.bincount(g, minlength=num_groups).to(torch.float64)
-        means = torch.bincount(g, weights=scores_f64, minlength=num_groups) / counts
-        squared_dev = torch.bincount(g, weights=(scores_f64 - means[g]) ** 2, minlength=num_groups)
+        g = group.to(scores.device)
+        scores = scores.to(torch.float64)  # group statistics in float64: a small std amplifies rounding
+        counts = torch.bincount(g).to(torch.float64)
+        means = torch.bincount(g, weights=scores) / counts
+        squared_dev = torch.bincount(g, weights=(scores - means[g]) ** 2)
         stds = torch.sqrt(squared_dev / (counts - 1).clamp(min=1.0))  # unbiased, like torch.std
         singleton = counts == 1
         means = torch.where(singleton, torch.zeros_like(means), means)
         stds = torch.where(singleton, torch.ones_like(stds), stds)
-        centred = scores_f64 - means[g]
+        centred = scores - means[g]
         scalars = centred / (stds[g] + epsilon) if norm_adv_by_std else centred
+        mask = response_mask.to(token_level_rewards.dtype)
         advantages = scalars.to(token_level_rewards.dtype).unsqueeze(-1) * mask
     return advantages, advantages
 
@@ -68,36 +80,70 @@ def compute_at_grpo_advantage(
 def group_ids(
     n: int,
     *,
-    index: np.ndarray | Sequence | None = None,
-    role: np.ndarray | Sequence | None = None,
-    turn: np.ndarray | Sequence | None = None,
+    index: Labels | None = None,
+    role: Labels | None = None,
+    turn: Labels | None = None,
+    grouping: Grouping = "task_role_turn",
 ) -> np.ndarray:
-    """Dense int64 group ids (0..G-1) for key (index, role, turn), or index alone without role/turn."""
+    """Dense int64 group ids (0..G-1, in order of first appearance) of n samples under `grouping`.
+
+    Raises:
+        ValueError: unknown grouping, role without turn (or turn without role), a column whose length is not n.
+    """
+    if grouping not in GROUPINGS:
+        raise ValueError(f"at_grpo: grouping must be one of {list(GROUPINGS)}, got {grouping!r}")
     if (role is None) != (turn is None):
         raise ValueError("at_grpo: pass both role and turn to group by (index, role, turn), or neither")
-    columns = [index] if index is not None else [np.zeros(n, dtype=np.int64)]
-    if role is not None:
-        columns += [role, turn]
-    combined = np.zeros(n, dtype=np.int64)
-    for name, column in zip(("index", "role", "turn"), columns, strict=False):
-        values = np.asarray(column, dtype=object if not isinstance(column, np.ndarray) else None).reshape(-1)
-        if values.shape[0] != n:
-            raise ValueError(f"at_grpo: {name} has {values.shape[0]} entries for a batch of {n}")
-        codes, radix = _factorize(values)
-        combined = combined * radix + codes
-    return _factorize(combined)[0]
+    given = {"index": index, "role": role, "turn": turn}
+    columns = {name: _as_array(name, values, n) for name, values in given.items() if values is not None}
+    keys = ("index", "role", "turn") if grouping == "task_role_turn" else ("index",)
+    group, count = np.zeros(n, dtype=np.int64), 1
+    for name in keys:
+        if name in columns:
+            codes, size = _factorize(columns[name])
+            # The key so far and this column as one mixed-radix number, made dense again so that it stays below
+            # n * n; while the key so far has one value, the column alone is the key.
+            group, count = (codes, size) if count == 1 else _factorize(group * size + codes)
+    return group
+
+
+def registered_estimator() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """`at_grpo` as verl's estimator registry serves it, as a verl config selecting it would get it.
+
+    Raises:
+        RuntimeError: the estimator is not registered (verl's `verl.plugins` entry point did not load this package).
+    """
+    # Imported here: importing verl loads its plugins, and our plugin imports this module.
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    try:
+        return get_adv_estimator_fn(ESTIMATOR_NAME)
+    except ValueError as error:
+        raise RuntimeError(
+            f"{ESTIMATOR_NAME} is not in verl's estimator registry: the verl.plugins entry point verl_mas.plugin did "
+            "not load (is VERL_USE_EXTERNAL_PLUGINS set? `python -c 'import verl_mas.plugin'` shows an import error)"
+        ) from error
+
+
+def _as_array(name: str, values: Labels, n: int) -> np.ndarray:
+    # A list becomes an object array, so that "1" and 1 stay different labels instead of both turning into "1".
+    array = (values if isinstance(values, np.ndarray) else np.asarray(values, dtype=object)).reshape(-1)
+    if array.shape[0] != n:
+        raise ValueError(f"at_grpo: {name} has {array.shape[0]} entries for a batch of {n}")
+    return array
 
 
 def _factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense codes of `values` and how many distinct values there are (sort-based, no per-item loop)."""
+    """Dense codes of `values` and how many distinct values there are (a hash table: no sort, no per-item loop)."""
     try:
-        uniques, codes = np.unique(values, return_inverse=True)
-    except TypeError:  # unorderable mixed types: compare by their text
-        uniques, codes = np.unique(values.astype(str), return_inverse=True)
-    return codes.reshape(-1).astype(np.int64, copy=False), max(len(uniques), 1)
+        codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    except TypeError:  # unhashable labels (lists, dicts): compare by their text
+        codes, uniques = pd.factorize(values.astype(str), use_na_sentinel=False)
+    return codes.astype(np.int64, copy=False), max(len(uniques), 1)
 
 
-def _validate(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _validated_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """[bs] row sums of the rewards, in their own dtype as verl sums them."""
     if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
         raise ValueError("at_grpo: token_level_rewards must be a 2-D tensor [batch, response_length]")
     if token_level_rewards.shape[0] == 0:
@@ -107,12 +153,12 @@ def _validate(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) ->
             f"at_grpo: response_mask shape {tuple(response_mask.shape)} != "
             f"token_level_rewards shape {tuple(token_level_rewards.shape)}"
         )
-    scores = token_level_rewards.detach().to(torch.float64).sum(dim=-1)
+    scores = token_level_rewards.detach().sum(dim=-1)
     bad = ~torch.isfinite(scores)
     if bad.any():
         rows = torch.nonzero(bad).flatten()[:5].tolist()
         raise ValueError(f"at_grpo: non-finite (NaN/inf) rewards in rows {rows}")
-    return scores, response_mask.to(token_level_rewards.dtype)
+    return scores
 
 
 def _config_get(config: Any, key: str, default: Any) -> Any:

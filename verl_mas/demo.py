@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from verl_mas.advantage import compute_at_grpo_advantage
+from verl_mas.advantage import registered_estimator
 from verl_mas.dataset import split_tasks
 from verl_mas.env import make_env
 from verl_mas.metrics import rollout_metrics
@@ -43,8 +43,13 @@ def run_demo(config: DemoConfig) -> tuple[list[EpisodeResult], dict[str, float]]
 def format_demo(results: list[EpisodeResult], metrics: dict[str, float]) -> str:
     samples = [s for r in results for s in r.samples]
     tensors = samples_to_tensors(samples, pad_token_id=0)
-    advantages, _ = compute_at_grpo_advantage(
-        tensors.token_level_rewards, tensors.response_mask, tensors.uid, role=tensors.role, turn=tensors.turn
+    advantages, _ = registered_estimator()(
+        token_level_rewards=tensors.token_level_rewards,
+        response_mask=tensors.response_mask,
+        config=None,
+        index=tensors.uid,
+        role=tensors.role,
+        turn=tensors.turn,
     )
     first_token_adv = advantages[:, 0].tolist()
     first = results[0]

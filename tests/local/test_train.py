@@ -76,6 +76,22 @@ def test_advantage_grouping_ablation():
     assert torch.isclose(by_task.sum(), torch.tensor(0.0), atol=1e-5)
 
 
+def test_local_advantages_come_from_verls_estimator_registry(monkeypatch):
+    from verl.trainer.ppo import core_algos
+
+    served = core_algos.ADV_ESTIMATOR_REGISTRY["at_grpo"]
+    calls = []
+
+    def recording(**kwargs):
+        calls.append(kwargs["grouping"])
+        return served(**kwargs)
+
+    monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, "at_grpo", recording)
+    samples = [sample("t", "a", 0, 1.0), sample("t", "a", 0, 3.0)]
+    assert sample_advantages(samples, "task").tolist() == pytest.approx([-(0.5**0.5), 0.5**0.5], abs=1e-5)
+    assert calls == ["task"]
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

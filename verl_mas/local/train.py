@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from peft import LoraConfig, get_peft_model
 
-from verl_mas.advantage import GROUPINGS, Grouping, compute_at_grpo_advantage
+from verl_mas.advantage import GROUPINGS, Grouping, registered_estimator
 from verl_mas.dataset import split_tasks
 from verl_mas.env import Message, Task, make_env
 from verl_mas.local.checkpoint import is_checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
@@ -348,16 +348,17 @@ def expert_moves_cut(tokenizer, pairs: list[ExpertPair], sampling: SamplingConfi
 
 
 def sample_advantages(samples: list[Sample], grouping: Grouping) -> torch.Tensor:
-    """One scalar advantage per sample, grouped by (task, role, turn) or, for the ablation, by task only."""
+    """One scalar advantage per sample, from `at_grpo` as verl's registry serves it, under `grouping`."""
     rewards = torch.tensor([[s.reward] for s in samples], dtype=torch.float32)
-    ones = torch.ones_like(rewards)
-    index = np.array([s.task_uid for s in samples], dtype=object)
-    if grouping == "task":
-        advantages, _ = compute_at_grpo_advantage(rewards, ones, index)
-    else:
-        role = np.array([s.role for s in samples], dtype=object)
-        turn = np.array([s.turn for s in samples], dtype=np.int64)
-        advantages, _ = compute_at_grpo_advantage(rewards, ones, index, role=role, turn=turn)
+    advantages, _ = registered_estimator()(
+        token_level_rewards=rewards,
+        response_mask=torch.ones_like(rewards),
+        config=None,
+        index=np.array([s.task_uid for s in samples], dtype=object),
+        role=np.array([s.role for s in samples], dtype=object),
+        turn=np.array([s.turn for s in samples], dtype=np.int64),
+        grouping=grouping,
+    )
     return advantages[:, 0]
 
 
