@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from pprint import pprint
@@ -47,11 +48,32 @@ def check_config(config: DictConfig) -> MasConfig:
     mas.gpus_per_policy(config.trainer.n_gpus_per_node)
     for key in ("data.train_files", "data.val_files"):
         check_data_files(key, OmegaConf.select(config, key), mas)
+    check_attention(config)
     agent = config.actor_rollout_ref.rollout.agent
     if agent.agent_loop_config_path is None:
         agent.agent_loop_config_path = str(AGENT_LOOPS_FILE)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     return mas
+
+
+def check_attention(config: DictConfig, flash_attn_installed: bool | None = None) -> None:
+    """Flash-attention settings need the flash-attn package (not part of `verl-mas[gpu]`): refuse them at start
+    rather than at model load on every worker."""
+    if flash_attn_installed is None:
+        flash_attn_installed = importlib.util.find_spec("flash_attn") is not None
+    if flash_attn_installed:
+        return
+    model = config.actor_rollout_ref.model
+    wanted = []
+    if (model.get("override_config") or {}).get("attn_implementation", "flash_attention_2") == "flash_attention_2":
+        wanted.append("actor_rollout_ref.model.override_config.attn_implementation=flash_attention_2")
+    if model.get("use_remove_padding"):
+        wanted.append("actor_rollout_ref.model.use_remove_padding=true")
+    if wanted:
+        raise MasConfigError(
+            f"{' and '.join(wanted)} need flash-attn, which is not installed: install it "
+            f"(pip install flash-attn --no-build-isolation) or set attn_implementation=sdpa use_remove_padding=false"
+        )
 
 
 def check_data_files(key: str, files: str | ListConfig | list[str] | None, mas: MasConfig) -> None:

@@ -12,7 +12,6 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from verl_mas.verl_engine import trainer as trainer_module
 from verl_mas.verl_engine.config import MasConfig
 from verl_mas.verl_engine.trainer import (
     AtGrpoTrainer,
@@ -126,23 +125,26 @@ def test_rows_split_by_policy_and_merge_back():
         split_by_policy(batch, ["a", "z", "a", "a"], ["a", "b"])
 
 
-class FakeTransferQueue:
-    """kv_batch_get / kv_batch_put over a dict of rows, returning jagged tensors as TransferQueue does."""
+@pytest.fixture(scope="module")
+def transfer_queue():
+    """verl's real TransferQueue (controller and one storage unit as Ray actors), as the trainer uses it."""
+    import ray
+    import transfer_queue as tq
 
-    def __init__(self, rows: dict[str, dict]):
-        self.rows = rows
-
-    def kv_batch_get(self, keys, partition_id, select_fields):
-        present = [f for f in select_fields if f in self.rows[keys[0]]]
-        return list_of_dict_to_tensordict([{f: self.rows[k][f] for f in present} for k in keys])
-
-    def kv_batch_put(self, keys, partition_id, fields: TensorDict):
-        for i, key in enumerate(keys):
-            self.rows[key].update({name: fields[name][i] for name in fields.keys()})
-        return KVBatchMeta(keys=list(keys), tags=[{}] * len(keys), partition_id=partition_id)
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()
+    ray.shutdown()
 
 
-def test_trainer_advantage_step_writes_restored_rewards_and_advantages(monkeypatch):
+def put_rows(store, rows: dict[str, dict], partition: str) -> KVBatchMeta:
+    return store.kv_batch_put(
+        keys=list(rows), partition_id=partition, fields=list_of_dict_to_tensordict(list(rows.values()))
+    )
+
+
+def test_trainer_advantage_step_writes_restored_rewards_and_advantages(transfer_queue):
     extra, padding, lengths, expected = hand_batch()
     last_reward = extra[-2]["mixed_reward"]
     rows = {
@@ -153,20 +155,37 @@ def test_trainer_advantage_step_writes_restored_rewards_and_advantages(monkeypat
         }
         for i, (fields, n) in enumerate(zip(extra, lengths, strict=True))
     }
-    store = FakeTransferQueue(rows)
-    monkeypatch.setattr(trainer_module, "tq", store)
-    trainer = AtGrpoTrainer.__new__(AtGrpoTrainer)  # the advantage step only: no Ray, no GPUs
+    stored_meta = put_rows(transfer_queue, rows, "advantage_step")
+    trainer = AtGrpoTrainer.__new__(AtGrpoTrainer)  # the advantage step only: no workers, no servers
     trainer.config = OmegaConf.create({"algorithm": {**ALGORITHM, "rollout_correction": {"bypass_mode": False}}})
     trainer.mas = MasConfig.from_mapping({"env": "counter", "router": "per_role"})
-    batch = KVBatchMeta(keys=list(rows), tags=[{"is_padding": pad} for pad in padding], partition_id="train")
+    batch = KVBatchMeta(
+        keys=stored_meta.keys,
+        tags=[{"is_padding": pad} for pad in padding],
+        partition_id=stored_meta.partition_id,
+        fields=stored_meta.fields,
+    )
     metrics = {}
-    trainer._compute_advantage(batch, metrics)
-    stored = list(rows.values())
-    assert [float(r["rm_scores"].sum()) for r in stored] == pytest.approx(
+    returned = trainer._compute_advantage(batch, metrics)
+    stored = transfer_queue.kv_batch_get(
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=["rm_scores", "advantages", "returns"]
+    )
+    assert [float(r.sum()) for r in stored["rm_scores"].unbind()] == pytest.approx(
         [f["mixed_reward"] for f in extra[:-1]] + [0.0]
     )
-    first_advantage = torch.stack([r["advantages"][0] for r in stored])
-    torch.testing.assert_close(first_advantage, expected, rtol=1e-5, atol=1e-5)
-    assert all(torch.equal(r["advantages"], r["returns"]) for r in stored)
-    assert all(bool((r["advantages"] == r["advantages"][0]).all()) for r in stored)  # one value per response
+    advantages = stored["advantages"].unbind()
+    torch.testing.assert_close(torch.stack([a[0] for a in advantages]), expected, rtol=1e-5, atol=1e-5)
+    assert all(torch.equal(a, r) for a, r in zip(advantages, stored["returns"].unbind(), strict=True))
+    assert all(bool((a == a[0]).all()) for a in advantages)  # one value per response
     assert metrics["mas/a/zero_variance_group_share"] == 0.25
+    # What the actor update fetches is what the batch's metadata lists: the advantage step's batch lists the new
+    # fields, the metadata from before it does not (the KeyError 'advantages' every first update once hit).
+    assert {"advantages", "returns", "rm_scores"} <= set(returned.fields)
+    assert "advantages" not in batch.fields
+    policies = [f["policy"] for f in extra]
+    parts = split_by_policy(returned, policies, ["a", "b"])
+    for policy, part in parts.items():
+        fetched = transfer_queue.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=part.fields)
+        assert "advantages" in fetched.keys()
+        tags = [fields["policy"] for fields in fetched["extra_fields"]]
+        assert set(tags) == {policy}

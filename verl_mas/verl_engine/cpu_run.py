@@ -1,0 +1,97 @@
+"""Launches `python -m verl_mas.main +platform=cpu` as a child session and reads back what it logged: the dry run
+of a config on one machine, as the end-to-end tests and the verl-engine benchmark use it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+LOG_FILE = "log.txt"
+METRICS_FILE = "metrics.jsonl"  # verl's file logger: {"step": n, "data": {...}} per line
+AUDIT_FILE = "audit.jsonl"  # mas.update_audit
+
+
+@dataclass(frozen=True)
+class CpuRun:
+    """One launch: its folder (log, metrics, update audit), exit code (None when it was killed) and wall time."""
+
+    folder: Path
+    returncode: int | None
+    wall_s: float
+
+    def log(self) -> str:
+        return (self.folder / LOG_FILE).read_text(errors="replace")
+
+    def metrics(self) -> list[dict]:
+        return _jsonl(self.folder / METRICS_FILE)
+
+    def audit(self) -> list[dict]:
+        return _jsonl(self.folder / AUDIT_FILE)
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def cpu_command(folder: Path, overrides: Sequence[str]) -> list[str]:
+    """The command line: the CPU profile, verl's file logger and the update audit into `folder`, then `overrides`."""
+    return [
+        sys.executable,
+        "-m",
+        "verl_mas.main",
+        "+platform=cpu",
+        f"+mas.update_audit={folder / AUDIT_FILE}",
+        "trainer.logger=[console,file]",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={folder / METRICS_FILE}",
+        *overrides,
+    ]
+
+
+def run_on_cpu(
+    folder: str | Path,
+    overrides: Sequence[str],
+    timeout_s: float,
+    kill_when: Callable[[], bool] | None = None,
+) -> CpuRun:
+    """Run one launch in its own session, so that Ray's processes go with it.
+
+    With `kill_when`, the whole session is SIGKILLed as soon as `kill_when()` is true (a crash mid-run).
+
+    Raises:
+        TimeoutError: the launch ran past `timeout_s` (it is killed first); the message points to its log.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with (folder / LOG_FILE).open("w") as log:
+        process = subprocess.Popen(
+            cpu_command(folder, overrides), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=folder
+        )
+        killed = False
+        try:
+            while process.poll() is None:
+                if kill_when is not None and kill_when():
+                    killed = True
+                    break
+                if time.monotonic() - started > timeout_s:
+                    raise TimeoutError(f"the CPU run ran past {timeout_s:.0f} s; see {folder / LOG_FILE}")
+                time.sleep(1)
+        finally:
+            _kill_session(process)
+    return CpuRun(folder, None if killed else process.returncode, time.monotonic() - started)
+
+
+def _kill_session(process: subprocess.Popen) -> None:
+    """SIGKILL the launch's session (the driver and what Ray started under it), then reap the driver."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
