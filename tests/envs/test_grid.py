@@ -69,7 +69,7 @@ def test_parse_actions_rejects_malformed(text: str) -> None:
 def test_parse_actions_caps_length_and_stays_fast_on_huge_text() -> None:
     assert parse_actions("Actions: " + "U" * MAX_ACTIONS) == ("U",) * MAX_ACTIONS
     assert parse_actions("Actions: " + "U" * (MAX_ACTIONS + 1)) is None
-    started = time.perf_counter()
+    started = time.thread_time()  # CPU time: other load on the machine does not count
     assert parse_actions("U " * 1_000_000) is None
     assert parse_actions("x" * 2_000_000) is None
     assert parse_actions("Actions: " + "é" * 1_000_000) is None
@@ -78,7 +78,7 @@ def test_parse_actions_caps_length_and_stays_fast_on_huge_text() -> None:
     assert parse_actions("<answer>" * 100_000) is None
     assert parse_actions("<answer>" * 100_000 + "Actions: U</answer>") == ("U",)
     assert parse_actions("Actions: " + "final " + " " * 100_000) is None
-    assert time.perf_counter() - started < 5.0
+    assert time.thread_time() - started < 5.0
 
 
 def test_only_the_end_of_a_long_reply_is_read() -> None:

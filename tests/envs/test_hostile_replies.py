@@ -2,7 +2,7 @@
 
 Replies are random sequences of pieces a parser trips on (tags, fences, markers, moves, grid rows, characters that
 lengthen when lowered, lone surrogates, control characters), repeated up to thousands of times. Every step must
-return a StepResult with rewards in [-1, 1], within a second, leaving prompts that still encode as UTF-8.
+return a StepResult with rewards in [-1, 1], within a second of CPU, leaving prompts that still encode as UTF-8.
 """
 
 from __future__ import annotations
@@ -45,11 +45,9 @@ def test_any_reply_is_a_scored_move(name: str, mode: str, reply: str) -> None:
     env = started(name, mode)
     for role in env.workflow().roles:
         branch = env.clone()
-        began = time.perf_counter()
+        began = time.thread_time()
         result = branch.step(role, reply)
-        # a code-mode reply may hold a program: the sandbox gives it up to 5 s, the reading around it stays quick
-        limit = 1.0 if mode != "code" or "```" not in reply else 8.0
-        assert time.perf_counter() - began < limit
+        assert time.thread_time() - began < 1.0  # CPU time of this thread: a program runs in a child process
         assert isinstance(result, StepResult) and isinstance(result.valid, bool)
         assert all(math.isfinite(r) and -1.0 <= r <= 1.0 for r in (result.team_reward, result.local_reward))
         for seen in env.workflow().roles:

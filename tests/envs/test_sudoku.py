@@ -203,10 +203,10 @@ def test_parser_rejects_malformed_output(text, error):
 
 def test_parser_is_fast_on_huge_output():
     junk = "lorem ipsum 1 2 3 ... " * 100_000
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: other load on the machine does not count
     assert parse_grid(junk + "\n" + SOLUTION_TEXT, 4).grid == SOLUTION
     assert parse_grid(junk, 4).grid is None
-    assert time.perf_counter() - start < 2.0
+    assert time.thread_time() - start < 2.0
 
 
 # ----------------------------------------------------------------------------------------------- moves and rewards
@@ -362,10 +362,9 @@ def test_code_mode_failures_are_invalid_moves(text, error):
 def test_code_mode_time_limit_option_and_stderr_cap():
     env = reset_env(0, tool_mode="code", code_time_limit_s=0.5)
     assert env.blocking_step  # the rollout runs code-mode steps in threads
-    started = time.perf_counter()
-    result = env.step("tool", "```python\nwhile True:\n    pass\n```")
-    assert result.info["error"] == "the program ran out of time"
-    assert time.perf_counter() - started < 3.0  # the 5 s default would not be over yet
+    nap = "```python\nimport time\ntime.sleep(2)\nprint('done')\n```"
+    assert env.step("tool", nap).info["error"] == "the program ran out of time"
+    assert "printed no grid: 'done" in reset_env(0, tool_mode="code").step("tool", nap).info["error"]  # 5 s default
     noisy = env.step("tool", "```python\nimport sys\nsys.exit('x' * 5000 + 'END')\n```")
     assert noisy.info["error"] == "the program exited with code 1: " + "x" * 297 + "END"  # the last 300 characters
     assert not SudokuEnv(tool_mode="compact").blocking_step and not SudokuEnv(single_agent=True).blocking_step

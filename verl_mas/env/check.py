@@ -33,7 +33,8 @@ RULES: dict[str, str] = {
     "step_never_raises": "step never raises on model output, however hostile",
     "step_result": "step returns a StepResult with finite rewards, bool done and valid, and a dict info",
     "invalid_flagged": "a reply with no move in it is flagged valid=False with a local reward in [-max_penalty, 0]",
-    "bounded_step": "a step on a huge hostile reply finishes within step_time_limit_s (no parser worse than linear)",
+    "bounded_step": "a step on a huge hostile reply takes at most step_time_limit_s of CPU (no parser worse than "
+    "linear)",
     "step_determinism": "the same reply in the same state gives the same result and the same next observations",
     "clone_independence": "stepping a clone never changes the original, and stepping the original never a clone",
     "max_turns": "an episode is done after workflow().max_turns turns",
@@ -63,7 +64,8 @@ class CheckSettings:
         seeds: tasks per split for the reset rules.
         played_seeds: of those, tasks per split played through as episodes.
         huge_chars: length of the huge hostile replies.
-        step_time_limit_s: the most one step on a hostile reply may take.
+        step_time_limit_s: the most CPU time (of the calling thread: other load on the machine does not count)
+            one step on a hostile reply may take.
         max_penalty: bound on the penalty of an invalid move.
     """
 
@@ -258,12 +260,12 @@ class _Checker:
         for name, reply in self.hostile.items():
             branch = _call("clone_independence", "clone()", env.clone)
             what = f"the {name!r} reply ({len(reply):,} characters) at {where}"
-            started = time.perf_counter()
+            started = time.thread_time()
             result = self.step(branch, role, reply, what)
-            seconds = time.perf_counter() - started
+            seconds = time.thread_time() - started
             if seconds > self.settings.step_time_limit_s:
                 raise EnvCheckError(
-                    "bounded_step", f"{what} took {seconds:.2f} s (limit {self.settings.step_time_limit_s} s)"
+                    "bounded_step", f"{what} took {seconds:.2f} s of CPU (limit {self.settings.step_time_limit_s} s)"
                 )
             penalty = self.settings.max_penalty
             if result.valid or not -penalty <= result.local_reward <= 0:
