@@ -48,12 +48,12 @@ def test_protocol_options_are_checked(options: dict[str, object], key: str) -> N
     ],
 )
 def test_sokoban_options_that_can_never_be_built_fail_at_construction(options: dict, message: str) -> None:
-    started = time.perf_counter()
+    started = time.thread_time()
     with pytest.raises(ValueError, match=message):
         make_env("sokoban", tool_mode="compact", **options)
     with pytest.raises(ValueError, match=message):  # remembered: the second try fails at once
         make_env("sokoban", tool_mode="compact", **options)
-    assert time.perf_counter() - started < 30
+    assert time.thread_time() - started < 30  # CPU time: 10,000 draws once, then remembered
 
 
 def test_smallest_buildable_sokoban_rooms_reset_in_both_splits() -> None:
