@@ -126,8 +126,8 @@ def main() -> None:
     verl_steps = [row["data"] for row in logged if "timing_s/step" in row["data"]]
     n = config.eval_tasks
     result = {
-        "command": "python benchmarks/bench_verl_cpu.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in
-                                                                    vars(args).items() if k not in ("out", "timeout")),
+        "command": "python benchmarks/bench_verl_cpu.py "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "timeout")),
         "boards": n,
         "local": {
             "before": local.eval_success_before,

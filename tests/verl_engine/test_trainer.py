@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
-from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 

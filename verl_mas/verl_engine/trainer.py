@@ -306,9 +306,7 @@ class PolicyActorRolloutRefWorker(ActorRolloutRefWorker):
             rollout._get_server_name_prefix = lambda: prefix
 
 
-def policy_trainer_config(
-    config: DictConfig, policy: str, settings: PolicyConfig, n_gpus_per_node: int
-) -> DictConfig:
+def policy_trainer_config(config: DictConfig, policy: str, settings: PolicyConfig, n_gpus_per_node: int) -> DictConfig:
     """A copy of verl's whole config in which actor_rollout_ref is this policy's (model, LoRA, GPUs)."""
     policy_config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
     with open_dict(policy_config):
@@ -424,9 +422,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         )
         self.resource_pool_manager.create_resource_pool()
         pools = {p: self.resource_pool_manager.resource_pool_dict[policy_pool_name(p)] for p in gpus}
-        configs = {
-            p: policy_trainer_config(self.config, p, s, gpus[p]) for p, s in self.mas.policy_settings().items()
-        }
+        configs = {p: policy_trainer_config(self.config, p, s, gpus[p]) for p, s in self.mas.policy_settings().items()}
         for policy, policy_config in configs.items():
             self._check_tokenizer(policy, policy_config)
         roles = {p: self._actor_role(c) for p, c in configs.items()}
