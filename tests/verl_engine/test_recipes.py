@@ -335,6 +335,43 @@ def test_cfg_job_prints_the_composed_recipe_without_ray(tmp_path):
         "rollout": {"k": 4, "alpha": 0.5, "max_turns": 5, "select": "reward"},
         "grouping": "task_role_turn",
         "policies": {},
+        "update_audit": None,
     }
     assert printed.algorithm.adv_estimator == "at_grpo"
     assert not (tmp_path / "outputs").exists()  # --cfg job starts nothing and writes nothing
+
+
+@pytest.mark.parametrize("env", sorted(p.name for p in RECIPES.iterdir() if (p / f"{p.name}.yaml").exists()))
+def test_every_recipe_composes_with_the_cpu_platform(env, tmp_path):
+    data = write_data(tmp_path, env, ["single_agent=false"])
+    config = composed(RECIPES / env, env, ["+platform=cpu", *data])
+    check_config(config)
+    model = config.actor_rollout_ref.model
+    assert model.override_config.attn_implementation == "sdpa" and model.use_remove_padding is False
+    assert config.actor_rollout_ref.actor.strategy == "fsdp2" and config.actor_rollout_ref.ref.strategy == "fsdp2"
+    rollout = omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
+    assert rollout.name == "vllm" and rollout.tensor_model_parallel_size == 1
+    assert rollout.free_cache_engine is False and rollout.enable_sleep_mode is False and rollout.enforce_eager
+    assert config.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
+    assert config.trainer.device == "cpu" and config.trainer.n_gpus_per_node == 1
+    assert config.ray_kwargs.ray_init.num_gpus == 1
+    assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
+    # a recipe's own settings survive the profile (the profile touches no mas: key)
+    assert config.mas.env == env and config.data.train_batch_size == 32
+
+
+def test_gpu_defaults_need_no_flash_attn_and_asking_for_it_without_it_fails_at_start(base_config):
+    from verl_mas.main import check_attention
+
+    model = base_config.actor_rollout_ref.model
+    assert model.override_config.attn_implementation == "sdpa" and model.use_remove_padding is False
+    check_attention(base_config, flash_attn_installed=False)
+    for key, value in (
+        ("actor_rollout_ref.model.override_config.attn_implementation", "flash_attention_2"),
+        ("actor_rollout_ref.model.use_remove_padding", True),
+    ):
+        config = copy.deepcopy(base_config)
+        OmegaConf.update(config, key, value)
+        with pytest.raises(MasConfigError, match=rf"^{key}=.* need flash-attn, which is not installed"):
+            check_attention(config, flash_attn_installed=False)
+        check_attention(config, flash_attn_installed=True)
