@@ -165,20 +165,15 @@ def test_empty_response_is_one_masked_eos_that_keeps_its_reward():
     assert "min_global_steps" not in outputs[0].extra_fields
 
 
-async def test_verl_worker_postprocess_stores_one_row_per_sample(tokenizer, monkeypatch):
-    """verl copies the last output's reward over the list; the trainer restores each row's own from extra_fields."""
+async def test_verl_worker_postprocess_stores_one_row_per_sample(tokenizer, transfer_queue):
+    """verl copies the last output's reward over the list; the trainer restores each row's own from extra_fields.
+    The rows go through verl's real TransferQueue and are read back as the trainer reads them."""
     _, client = per_role_servers(tokenizer, cycle("1", "3", "?"), cycle("2", "1", "0"))
     config = loop_config({"env": "counter", "router": "per_role", "rollout": {"k": 3, "max_turns": 1}})
     row = counter_row("u5", seed=SEED)
     outputs = await make_agent_loop(config, client, tokenizer).run(SAMPLING, **row)
     mixed = [o.extra_fields["mixed_reward"] for o in outputs]
 
-    puts = []
-
-    async def fake_put(keys, fields, tags, partition_id):
-        puts.append((keys, fields, tags, partition_id))
-
-    monkeypatch.setattr(agent_loop_tq.tq, "async_kv_batch_put", fake_put)
     worker = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__.__new__(
         agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__
     )
@@ -186,7 +181,13 @@ async def test_verl_worker_postprocess_stores_one_row_per_sample(tokenizer, monk
     worker.reward_loop_worker_handles, worker.distillation_enabled = None, False
     await worker._agent_loop_postprocess(outputs, False, **row)
 
-    ((keys, fields, tags, partition),) = puts
+    stored = transfer_queue.kv_list("train")["train"]
+    keys = sorted(key for key in stored if key.startswith("u5_"))
+    tags = [stored[key] for key in keys]
+    fields = transfer_queue.kv_batch_get(
+        keys=keys, partition_id="train", select_fields=["responses", "rm_scores", "extra_fields", "uid"]
+    )
+    partition = "train"
     assert partition == "train"
     assert keys == [f"u5_0_{i}" for i in range(6)]
     lengths = torch.tensor([len(fields["responses"][i]) for i in range(6)])

@@ -124,19 +124,6 @@ def test_rows_split_by_policy_and_merge_back():
         split_by_policy(batch, ["a", "z", "a", "a"], ["a", "b"])
 
 
-@pytest.fixture(scope="module")
-def transfer_queue():
-    """verl's real TransferQueue (controller and one storage unit as Ray actors), as the trainer uses it."""
-    import ray
-    import transfer_queue as tq
-
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
-    yield tq
-    tq.close()
-    ray.shutdown()
-
-
 def put_rows(store, rows: dict[str, dict], partition: str) -> KVBatchMeta:
     return store.kv_batch_put(
         keys=list(rows), partition_id=partition, fields=list_of_dict_to_tensordict(list(rows.values()))
