@@ -39,7 +39,7 @@ from verl.workers.rollout.llm_server import LLMServerManager
 from verl.workers.rollout.replica import get_rollout_replica_class
 from verl.workers.utils.padding import response_to_nested
 
-from verl_mas.advantage import compute_at_grpo_advantage
+from verl_mas.advantage import group_ids, registered_estimator
 from verl_mas.router import PolicyRouter
 from verl_mas.verl_engine.agent_loop import mas_config_of
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, PolicyConfig
@@ -136,14 +136,14 @@ def at_grpo_advantages(
     if not real.any():
         return advantages
     index = torch.from_numpy(np.nonzero(real)[0])
-    by_role_turn = grouping == "task_role_turn"
-    real_advantages, _ = compute_at_grpo_advantage(
-        token_level_rewards[index],
-        response_mask[index],
+    real_advantages, _ = registered_estimator()(
+        token_level_rewards=token_level_rewards[index],
+        response_mask=response_mask[index],
         index=tags.task_uid[real],
         config=algorithm_config,
-        role=tags.role[real] if by_role_turn else None,
-        turn=tags.turn[real] if by_role_turn else None,
+        role=tags.role[real],
+        turn=tags.turn[real],
+        grouping=grouping,
     )
     advantages[index] = real_advantages
     return advantages
@@ -160,13 +160,12 @@ def sample_metrics(tags: SampleTags, grouping: str) -> dict[str, float]:
         rewards = tags.mixed_reward[rows]
         metrics[f"mas/{role}/reward/mean"] = float(rewards.mean())
         metrics[f"mas/{role}/invalid_share"] = float((~tags.valid[rows]).mean())
-        keys = tags.task_uid[rows].astype(str)
-        if grouping == "task_role_turn":
-            keys = np.char.add(np.char.add(keys, "#"), tags.turn[rows].astype(str))
-        _, group, counts = np.unique(keys, return_inverse=True, return_counts=True)
-        highest = np.full(len(counts), -np.inf)
+        group = group_ids(
+            len(rewards), index=tags.task_uid[rows], role=tags.role[rows], turn=tags.turn[rows], grouping=grouping
+        )
+        highest = np.full(group.max() + 1, -np.inf)
         np.maximum.at(highest, group, rewards)
-        lowest = np.full(len(counts), np.inf)
+        lowest = np.full(group.max() + 1, np.inf)
         np.minimum.at(lowest, group, rewards)
         metrics[f"mas/{role}/zero_variance_group_share"] = float((highest == lowest).mean())
     for turn in sorted(set(tags.turn[real].tolist())):
