@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -36,12 +37,21 @@ def test_plugins_off_leaves_at_grpo_out():
 
 
 def test_entry_point_module_imports_nothing_heavy():
-    # The plugin runs in every Ray actor: beyond verl's own core_algos it may add only our estimator.
+    # The plugin runs in every Ray actor: beyond verl's own core_algos it may add only the estimator, the CPU
+    # platform's registration and standard-library modules (no pandas, Ray, vLLM, transformers, environments).
     code = (
-        "import sys, verl.trainer.ppo.core_algos; before = set(sys.modules); import verl_mas.plugin; "
-        "print(sorted(set(sys.modules) - before))"
+        "import sys, json, verl.trainer.ppo.core_algos; before = set(sys.modules); import verl_mas.plugin; "
+        "print(json.dumps(sorted(set(sys.modules) - before)))"
     )
-    env = os.environ | {"VERL_USE_EXTERNAL_PLUGINS": "none"}
+    env = os.environ | {"VERL_USE_EXTERNAL_PLUGINS": "none", "VERL_PLATFORM": ""}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "['verl_mas', 'verl_mas.advantage', 'verl_mas.plugin']"
+    added = json.loads(done.stdout.strip().splitlines()[-1])
+    outside_stdlib = sorted(name for name in added if name.split(".")[0] not in sys.stdlib_module_names)
+    assert outside_stdlib == [
+        "verl_mas",
+        "verl_mas.advantage",
+        "verl_mas.plugin",
+        "verl_mas.verl_engine",
+        "verl_mas.verl_engine.cpu",
+    ]
