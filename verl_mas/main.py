@@ -18,7 +18,7 @@ from verl.utils.logging_utils import configure_verl_logging
 
 import verl_mas.plugin  # noqa: F401  (registers the at_grpo estimator in this process)
 from verl_mas.dataset import read_tasks
-from verl_mas.verl_engine.config import MasConfig, MasConfigError
+from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported
 from verl_mas.verl_engine.cpu import select_cpu
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
@@ -35,8 +35,6 @@ def check_config(config: DictConfig) -> MasConfig:
     Raises:
         MasConfigError: naming the key (and the file and row for data) and what it accepts.
     """
-    from verl_mas.verl_engine.trainer import check_supported
-
     if "mas" not in config:
         raise MasConfigError("mas: missing; compose over verl_mas/config/mas_defaults.yaml")
     mas = MasConfig.from_mapping(OmegaConf.to_container(config.mas, resolve=True))

@@ -23,8 +23,8 @@ from verl_mas.rollout import EnvironmentFailure, EpisodeResult
 from verl_mas.router import PolicyRouter
 from verl_mas.sample import Sample
 from verl_mas.verl_engine.agent_loop import episode_outputs
+from verl_mas.verl_engine.batch import SampleTags, reward_scores
 from verl_mas.verl_engine.routing import PolicyRoutingClient
-from verl_mas.verl_engine.trainer import SampleTags, reward_scores
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 SEED = 3

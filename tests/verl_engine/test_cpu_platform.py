@@ -146,7 +146,7 @@ def test_verl_still_names_and_finds_servers_through_the_prefix_hook():
     with `_get_server_name_prefix()` (read from the source files: importing them needs vLLM's platform set up)."""
     import verl
 
-    from verl_mas.verl_engine.trainer import PolicyActorRolloutRefWorker, server_name_prefix
+    from verl_mas.verl_engine.policies import PolicyActorRolloutRefWorker, server_name_prefix
 
     folder = Path(verl.__file__).parent / "workers" / "rollout" / "vllm_rollout"
     server = (folder / "vllm_async_server.py").read_text()

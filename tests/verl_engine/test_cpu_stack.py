@@ -10,12 +10,6 @@ once its step-1 checkpoints are on disk, then relaunched to resume. What the act
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,6 +22,7 @@ from verl_mas.dataset import write_dataset
 from verl_mas.local.export import export_policies
 from verl_mas.local.train import LocalTrainConfig
 from verl_mas.overrides import apply_overrides
+from verl_mas.verl_engine.cpu_run import CpuRun, run_on_cpu
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="needs the cpu extra (make test installs it)"
@@ -35,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 
 ENV_OPTIONS = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True}
 K = 4
-LAUNCH_TIMEOUT_S = 420
+LAUNCH_TIMEOUT_S = 600
 # The rollout samples with vLLM's CPU kernels and the actor recomputes with torch's: float32 on both sides, so the
 # gap is rounding (about 1e-4 on a random model; up to a few 1e-2 on a confident one's rare tokens).
 MAX_LOGPROB_GAP = 0.25
@@ -60,78 +55,39 @@ def stack(tmp_path_factory):
     return root
 
 
-def launch(root: Path, name: str, overrides: list[str], kill_when=None) -> subprocess.CompletedProcess | None:
-    """Run `python -m verl_mas.main +platform=cpu` in its own session; with `kill_when`, SIGKILL the whole session
-    as soon as `kill_when()` is true (a crash mid-run) and return None."""
-    run = root / name
-    run.mkdir(exist_ok=True)
+def launch(root: Path, name: str, overrides: list[str], kill_when=None) -> CpuRun:
+    """One `python -m verl_mas.main +platform=cpu` launch on the fixture's model and data; with `kill_when`, it is
+    SIGKILLed (driver and Ray together) as soon as `kill_when()` is true, a crash mid-run."""
     options = [f"+mas.env_options.{key}={str(value).lower()}" for key, value in ENV_OPTIONS.items()]
-    command = [
-        sys.executable,
-        "-m",
-        "verl_mas.main",
-        "+platform=cpu",
-        f"actor_rollout_ref.model.path={root / 'model'}",
-        f"data.train_files={root / 'data' / 'train.parquet'}",
-        f"data.val_files={root / 'data' / 'eval.parquet'}",
-        *options,
-        f"mas.rollout.k={K}",
-        "mas.rollout.max_turns=3",
-        f"+mas.update_audit={run / 'audit.jsonl'}",
-        "data.train_batch_size=4",
-        "data.max_prompt_length=1000",
-        "data.max_response_length=24",
-        "actor_rollout_ref.rollout.max_model_len=1024",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
-        "actor_rollout_ref.actor.optim.lr=1e-4",
-        "trainer.total_training_steps=2",
-        "trainer.val_before_train=true",
-        "trainer.test_freq=2",
-        "trainer.save_freq=1",
-        f"trainer.default_local_dir={root / 'checkpoints' / name.split('-')[0]}",
-        "trainer.logger=[console,file]",
-        f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={run / 'metrics.jsonl'}",
-        *overrides,
-    ]
-    log = (run / "log.txt").open("w")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=root)
-    deadline = time.monotonic() + LAUNCH_TIMEOUT_S
-    try:
-        while process.poll() is None:
-            if kill_when is not None and kill_when():
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-                return None
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{name}: no end after {LAUNCH_TIMEOUT_S} s; see {run / 'log.txt'}")
-            time.sleep(1)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        _reap_session(process.pid)
-        log.close()
-    text = (run / "log.txt").read_text(errors="replace")
-    assert process.returncode == 0, f"{name} failed ({process.returncode}):\n{text[-6000:]}"
-    return subprocess.CompletedProcess(command, process.returncode, text, "")
-
-
-def _reap_session(session: int) -> None:
-    """Kill what is left of a launch's session (Ray's own processes)."""
-    try:
-        os.killpg(session, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def audit(root: Path, name: str) -> list[dict]:
-    path = root / name / "audit.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def metrics(root: Path, name: str) -> list[dict]:
-    path = root / name / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    run = run_on_cpu(
+        root / name,
+        [
+            f"actor_rollout_ref.model.path={root / 'model'}",
+            f"data.train_files={root / 'data' / 'train.parquet'}",
+            f"data.val_files={root / 'data' / 'eval.parquet'}",
+            *options,
+            f"mas.rollout.k={K}",
+            "mas.rollout.max_turns=3",
+            "data.train_batch_size=4",
+            "data.max_prompt_length=1000",
+            "data.max_response_length=24",
+            "actor_rollout_ref.rollout.max_model_len=1024",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
+            "actor_rollout_ref.actor.optim.lr=1e-4",
+            "trainer.total_training_steps=2",
+            "trainer.val_before_train=true",
+            "trainer.test_freq=2",
+            "trainer.save_freq=1",
+            f"trainer.default_local_dir={root / 'checkpoints' / name.split('-')[0]}",
+            *overrides,
+        ],
+        timeout_s=LAUNCH_TIMEOUT_S,
+        kill_when=kill_when,
+    )
+    if kill_when is None:
+        assert run.returncode == 0, f"{name} failed ({run.returncode}):\n{run.log()[-6000:]}"
+    return run
 
 
 def actor_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -178,13 +134,13 @@ def check_update_batches(records: list[dict], roles_of: dict[str, set[str]]) -> 
 
 
 def test_shared_trains_two_steps_for_real(stack):
-    launch(stack, "shared", ["mas.router=shared"])
-    records = audit(stack, "shared")
+    run = launch(stack, "shared", ["mas.router=shared"])
+    records = run.audit()
     assert [(r["step"], r["policy"]) for r in records] == [(1, "shared"), (2, "shared")]
     gaps = check_update_batches(records, {"shared": {"tool", "plan"}})
     print(f"shared: largest sampler-vs-actor log-prob gap {gaps}")
     assert max(gaps.values()) < MAX_LOGPROB_GAP
-    logged = metrics(stack, "shared")
+    logged = run.metrics()
     steps = [row for row in logged if "mas/plan/reward/mean" in row["data"]]
     assert len(steps) == 2
     for name in ("mas/tool/reward/mean", "mas/plan/invalid_share", "mas/turn_0/reward/mean", "actor/grad_norm"):
@@ -205,11 +161,12 @@ def test_per_role_is_killed_then_resumes_from_its_checkpoints(stack):
         markers = [checkpoints / policy / "latest_checkpointed_iteration.txt" for policy in ("tool", "plan")]
         return all(m.exists() and m.read_text().strip() == "1" for m in markers)
 
-    assert launch(stack, "per_role-killed", per_role, kill_when=step_one_saved) is None
-    first = audit(stack, "per_role-killed")
+    killed = launch(stack, "per_role-killed", per_role, kill_when=step_one_saved)
+    assert killed.returncode is None  # killed, not ended
+    first = killed.audit()
     assert sorted((r["step"], r["policy"]) for r in first if r["step"] == 1) == [(1, "plan"), (1, "tool")]
-    launch(stack, "per_role-resumed", per_role)
-    second = audit(stack, "per_role-resumed")
+    resumed = launch(stack, "per_role-resumed", per_role)
+    second = resumed.audit()
     assert sorted((r["step"], r["policy"]) for r in second) == [(2, "plan"), (2, "tool")]  # step 1 not redone
     step_one = [r for r in first if r["step"] == 1]
     gaps = check_update_batches(step_one + second, {"tool": {"tool"}, "plan": {"plan"}})
@@ -219,7 +176,7 @@ def test_per_role_is_killed_then_resumes_from_its_checkpoints(stack):
     for policy in ("tool", "plan"):
         one, two = (actor_weights(checkpoints / policy / f"global_step_{s}") for s in (1, 2))
         assert max_change(start, one) > 0 and max_change(one, two) > 0, policy
-    logged = metrics(stack, "per_role-resumed")
+    logged = resumed.metrics()
     step_two = [row["data"] for row in logged if row["step"] == 2 and "mas/plan/reward/mean" in row["data"]]
     assert step_two and all(f"policy/{p}/actor/grad_norm" in step_two[0] for p in ("tool", "plan"))
     assert any(k.startswith("val-core/") for row in logged if row["step"] == 2 for k in row["data"])

@@ -8,8 +8,9 @@ import pytest
 
 from verl_engine.fakes import FakeServerManager, ScriptedServer, tiny_tokenizer
 from verl_mas.router import PolicyRouter
+from verl_mas.verl_engine.policies import PolicyRuntime
 from verl_mas.verl_engine.routing import PolicyRoutingClient
-from verl_mas.verl_engine.trainer import AtGrpoTrainer, PolicyRuntime
+from verl_mas.verl_engine.trainer import AtGrpoTrainer
 
 ROLES = ("tool", "plan", "check")
 

@@ -11,15 +11,15 @@ from omegaconf import OmegaConf
 from transfer_queue import KVBatchMeta
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from verl_mas.verl_engine.config import MasConfig
-from verl_mas.verl_engine.trainer import (
-    AtGrpoTrainer,
+from verl_mas.verl_engine.batch import (
     SampleTags,
     at_grpo_advantages,
     reward_scores,
     sample_metrics,
     split_by_policy,
 )
+from verl_mas.verl_engine.config import MasConfig
+from verl_mas.verl_engine.trainer import AtGrpoTrainer
 
 R3 = 1 / math.sqrt(3)
 # (task, role, turn) -> the K=3 mixed rewards and their advantages, worked out by hand:

@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-import pytest
 import ray
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool
 
 from verl_engine.fakes import PolicyEchoWorker
-from verl_mas.verl_engine.trainer import build_policy_worker_groups, policy_pool_name
-
-TESTS_DIR = Path(__file__).resolve().parents[1]
+from verl_mas.verl_engine.policies import build_policy_worker_groups, policy_pool_name
 
 
-@pytest.fixture(scope="module")
-def ray_cpus():
-    # Ray workers import the fake worker class from this tests folder
-    path = os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
-    yield
-    ray.shutdown()
-
-
-def test_two_policies_get_distinct_groups_and_names(ray_cpus):
+def test_two_policies_get_distinct_groups_and_names(ray_session):
     policies = ("coder", "tester")
     pools = {
         p: RayResourcePool([1], use_gpu=False, name_prefix=policy_pool_name(p), max_colocate_count=1) for p in policies

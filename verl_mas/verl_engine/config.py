@@ -1,4 +1,5 @@
-"""The typed schema of the `mas:` config group (environment, router, tree rollout, grouping, policies)."""
+"""The typed schema of the `mas:` config group (environment, router, tree rollout, grouping, policies), and what
+the AT-GRPO trainer refuses in verl's own config."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from verl.trainer.ppo.utils import need_critic, need_teacher_policy
 
 from verl_mas.advantage import GROUPINGS, Grouping
 from verl_mas.env import get_env_class, make_env
@@ -195,3 +199,34 @@ def _checked_keys(node: Any, schema: type, where: str, required: tuple[str, ...]
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_supported(config: DictConfig, mas: MasConfig) -> None:
+    """Reject at start what the AT-GRPO trainer does not run, naming the key."""
+    if config.algorithm.adv_estimator != "at_grpo":
+        raise MasConfigError(
+            f"algorithm.adv_estimator must be at_grpo for AtGrpoTrainer, got {config.algorithm.adv_estimator!r}"
+        )
+    if config.trainer.v1.trainer_mode != "sync":
+        raise MasConfigError("trainer.v1.trainer_mode must be sync: the tree rollout is on-policy")
+    if need_critic(config):
+        raise MasConfigError("critic: AT-GRPO uses no critic; set algorithm.adv_estimator=at_grpo")
+    if len(mas.policy_router().policies) > 1:
+        if need_teacher_policy(config):
+            raise MasConfigError("distillation.enabled: not supported with several policies")
+        reward_model = config.reward.reward_model
+        if reward_model.enable and not reward_model.enable_resource_pool:
+            raise MasConfigError(
+                "reward.reward_model.enable_resource_pool must be true with several policies: "
+                "a colocated reward model needs the single global pool"
+            )
+        if config.trainer.resume_mode == "resume_path":
+            raise MasConfigError(
+                "trainer.resume_mode=resume_path: with several policies use resume_mode=auto "
+                "(each policy resumes from trainer.default_local_dir/<policy>)"
+            )
+        if OmegaConf.select(config, "global_profiler.steps"):
+            raise MasConfigError("global_profiler.steps: profiling is not supported with several policies")
+
+
+# ------------------------------------------------------------------ the trainer

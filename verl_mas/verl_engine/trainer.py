@@ -3,368 +3,54 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator
 
-import numpy as np
 import ray
-import torch
 import transfer_queue as tq
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.checkpoint_engine import CheckpointEngineManager
 from verl.experimental.reward_loop import RewardLoopManager
 from verl.protocol import DataProto
-from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.ray import (
     RayClassWithInitArgs,
     RayResourcePool,
     RayWorkerGroup,
     ResourcePoolManager,
-    create_colocated_worker_cls,
 )
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
-from verl.trainer.ppo.utils import Role, need_critic, need_reference_policy, need_teacher_policy
+from verl.trainer.ppo.utils import Role, need_reference_policy
 from verl.trainer.ppo.v1 import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
-from verl.workers.engine_workers import ActorRolloutRefWorker
-from verl.workers.rollout.llm_server import LLMServerManager
-from verl.workers.rollout.replica import get_rollout_replica_class
 from verl.workers.utils.padding import response_to_nested
 
-from verl_mas.advantage import group_ids, registered_estimator
 from verl_mas.router import PolicyRouter
 from verl_mas.verl_engine.agent_loop import mas_config_of
-from verl_mas.verl_engine.config import MasConfig, MasConfigError, PolicyConfig
+from verl_mas.verl_engine.batch import (
+    append_update_audit,
+    at_grpo_advantages,
+    batch_tags,
+    reward_scores,
+    sample_metrics,
+    split_by_policy,
+)
+from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported
+from verl_mas.verl_engine.policies import (
+    PolicyActorRolloutRefWorker,
+    PolicyLLMServerManager,
+    PolicyRuntime,
+    build_policy_worker_groups,
+    policy_pool_name,
+    policy_trainer_config,
+)
 from verl_mas.verl_engine.routing import PolicyRoutingClient
 
 logger = logging.getLogger(__name__)
-
-MAS_POLICY_KEY = "mas_policy"  # in actor_rollout_ref.rollout.custom (verl's free-form slot): the worker's policy
-
-
-# ------------------------------------------------------------------ the advantage step (pure, CPU-testable)
-
-
-@dataclass(frozen=True)
-class SampleTags:
-    """Per-row tags the agent loop wrote into extra_fields, as arrays; padding rows carry no sample."""
-
-    task_uid: np.ndarray  # [n] object
-    role: np.ndarray  # [n] object
-    turn: np.ndarray  # [n] int64
-    policy: np.ndarray  # [n] object
-    mixed_reward: np.ndarray  # [n] float64
-    env_error: np.ndarray  # [n] bool
-    valid: np.ndarray  # [n] bool
-    padding: np.ndarray  # [n] bool
-
-    @classmethod
-    def from_rows(cls, extra_fields: Sequence[Any], padding: Sequence[bool]) -> SampleTags:
-        """Read the tags of every row.
-
-        Raises:
-            ValueError: a real row lacks a tag (it was not produced by the `mas_agent` loop), naming row and key.
-        """
-        if len(extra_fields) != len(padding):
-            raise ValueError(f"at_grpo step: {len(extra_fields)} rows of extra_fields for {len(padding)} tags")
-        keys = ("task_uid", "role", "turn", "policy", "mixed_reward")
-        columns: dict[str, list] = {key: [] for key in (*keys, "env_error", "valid")}
-        for row, (fields, is_padding) in enumerate(zip(extra_fields, padding, strict=True)):
-            fields = fields if isinstance(fields, Mapping) else {}
-            missing = [key for key in keys if fields.get(key) is None]
-            if missing and not is_padding:
-                raise ValueError(
-                    f"at_grpo step: row {row} has no extra_fields {missing}; was it produced by the mas_agent loop?"
-                )
-            for key in keys:
-                columns[key].append(fields.get(key, ""))
-            columns["env_error"].append(bool(fields.get("env_error", False)))
-            columns["valid"].append(bool(fields.get("valid", True)))
-        rewards = [0.0 if pad else float(r) for r, pad in zip(columns["mixed_reward"], padding, strict=True)]
-        return cls(
-            task_uid=np.array([str(v) for v in columns["task_uid"]], dtype=object),
-            role=np.array([str(v) for v in columns["role"]], dtype=object),
-            turn=np.array([int(v or 0) for v in columns["turn"]], dtype=np.int64),
-            policy=np.array([str(v) for v in columns["policy"]], dtype=object),
-            mixed_reward=np.array(rewards, dtype=np.float64),
-            env_error=np.array(columns["env_error"], dtype=bool),
-            valid=np.array(columns["valid"], dtype=bool),
-            padding=np.array([bool(p) for p in padding], dtype=bool),
-        )
-
-
-def _rows(column: Any) -> list:
-    """A non-tensor column from TransferQueue as a list (a NonTensorStack, or the list tensordict returns)."""
-    return list(column.tolist() if hasattr(column, "tolist") else column)
-
-
-def reward_scores(tags: SampleTags, response_lengths: torch.Tensor, width: int) -> torch.Tensor:
-    """[n, width] float32: each real row's mixed reward on its last response token (as verl places a reward).
-
-    Padding rows get zeros. A row's length counts its tokens whether or not they are masked, so a sample whose
-    response is a masked-out eos keeps its reward in its group.
-    """
-    scores = torch.zeros((len(tags.padding), width), dtype=torch.float32)
-    real = torch.from_numpy(~tags.padding)
-    rows = torch.nonzero(real).flatten()
-    last = (response_lengths[rows] - 1).clamp(min=0)
-    scores[rows, last] = torch.from_numpy(tags.mixed_reward[~tags.padding]).to(torch.float32)
-    return scores
-
-
-def at_grpo_advantages(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    tags: SampleTags,
-    grouping: str,
-    algorithm_config: Any,
-) -> torch.Tensor:
-    """[n, L] advantages from `at_grpo` grouped by (task uid, role, turn), or by task uid for grouping "task".
-
-    Padding rows take no part in any group and get zero advantages.
-    """
-    advantages = torch.zeros_like(token_level_rewards)
-    real = ~tags.padding
-    if not real.any():
-        return advantages
-    index = torch.from_numpy(np.nonzero(real)[0])
-    real_advantages, _ = registered_estimator()(
-        token_level_rewards=token_level_rewards[index],
-        response_mask=response_mask[index],
-        index=tags.task_uid[real],
-        config=algorithm_config,
-        role=tags.role[real],
-        turn=tags.turn[real],
-        grouping=grouping,
-    )
-    advantages[index] = real_advantages
-    return advantages
-
-
-def sample_metrics(tags: SampleTags, grouping: str) -> dict[str, float]:
-    """Per-role reward, invalid-move share and zero-variance group share, plus environment failures."""
-    real = ~tags.padding
-    if not real.any():
-        return {}
-    metrics = {"mas/env_failed_tasks": float(len(set(tags.task_uid[real & tags.env_error])))}
-    for role in sorted(set(tags.role[real])):
-        rows = real & (tags.role == role)
-        rewards = tags.mixed_reward[rows]
-        metrics[f"mas/{role}/reward/mean"] = float(rewards.mean())
-        metrics[f"mas/{role}/invalid_share"] = float((~tags.valid[rows]).mean())
-        group = group_ids(
-            len(rewards), index=tags.task_uid[rows], role=tags.role[rows], turn=tags.turn[rows], grouping=grouping
-        )
-        highest = np.full(group.max() + 1, -np.inf)
-        np.maximum.at(highest, group, rewards)
-        lowest = np.full(group.max() + 1, np.inf)
-        np.minimum.at(lowest, group, rewards)
-        metrics[f"mas/{role}/zero_variance_group_share"] = float((highest == lowest).mean())
-    for turn in sorted(set(tags.turn[real].tolist())):
-        rows = real & (tags.turn == turn)
-        metrics[f"mas/turn_{turn}/reward/mean"] = float(tags.mixed_reward[rows].mean())
-        metrics[f"mas/turn_{turn}/invalid_share"] = float((~tags.valid[rows]).mean())
-        metrics[f"mas/turn_{turn}/samples"] = float(rows.sum())
-    return metrics
-
-
-def update_audit_record(step: int, policy: str, fields: Sequence[str], data: TensorDict, tags: SampleTags) -> dict:
-    """What one policy's actor update received: its field list and, per row, the tags and the advantage.
-
-    A row's `advantage` is the mean over its response tokens and `advantage_spread` the max - min there (AT-GRPO
-    spreads one value over a sample's tokens, so the spread is 0); both are None when the batch has no advantages.
-    `logprob_gap` is the largest |sampler log-prob - actor's recomputed log-prob| over the row's response tokens
-    (None without both), which shows whether the rollout served the weights the actor trains.
-    """
-
-    def per_row(name: str) -> list[torch.Tensor] | None:
-        return data[name].unbind() if name in data.keys() else None
-
-    rows = []
-    advantages, masks = per_row("advantages"), per_row("response_mask")
-    sampler, actor = per_row("rollout_log_probs"), per_row("old_log_probs")
-    for i in range(len(tags.padding)):
-        row = {
-            "task_uid": str(tags.task_uid[i]),
-            "role": str(tags.role[i]),
-            "turn": int(tags.turn[i]),
-            "policy": str(tags.policy[i]),
-            "padding": bool(tags.padding[i]),
-            "reward": float(tags.mixed_reward[i]),
-            "advantage": None,
-            "advantage_spread": None,
-            "logprob_gap": None,
-        }
-        tokens = masks[i].bool() if masks is not None else None
-        if advantages is not None and tokens is not None and tokens.any():
-            values = advantages[i][tokens].double()
-            row["advantage"] = float(values.mean())
-            row["advantage_spread"] = float(values.max() - values.min())
-        if sampler is not None and actor is not None and tokens is not None and tokens.any():
-            row["logprob_gap"] = float((sampler[i][tokens].double() - actor[i][tokens].double()).abs().max())
-        rows.append(row)
-    return {"step": step, "policy": policy, "fields": sorted(fields), "rows": rows}
-
-
-def split_by_policy(
-    batch: KVBatchMeta, policy_of_row: Sequence[str], policies: Sequence[str]
-) -> dict[str, KVBatchMeta]:
-    """The batch's rows per policy, in `policies` order (a policy with no rows this step is left out).
-
-    Raises:
-        ValueError: a row names a policy outside `policies`.
-    """
-    unknown = sorted(set(policy_of_row) - set(policies))
-    if unknown:
-        raise ValueError(f"at_grpo step: rows name policies {unknown}, not served by this trainer ({list(policies)})")
-    parts = {}
-    for policy in policies:
-        keys = [key for key, owner in zip(batch.keys, policy_of_row, strict=True) if owner == policy]
-        if keys:
-            parts[policy] = batch.select_keys(keys)
-    return parts
-
-
-# ------------------------------------------------------------------ per-policy resources
-
-
-def policy_pool_name(policy: str) -> str:
-    return f"mas_{policy}_pool"
-
-
-def build_policy_worker_groups(
-    pools: Mapping[str, RayResourcePool],
-    worker_class_of: Callable[[str], tuple[str, RayClassWithInitArgs]],
-    **worker_group_kwargs: Any,
-) -> dict[str, RayWorkerGroup]:
-    """One worker group per policy on that policy's pool, named after the policy so Ray actor names never clash.
-
-    Args:
-        pools: policy id -> its resource pool.
-        worker_class_of: policy id -> (verl role string, the worker class with its init args); the role prefixes
-            the worker's methods in verl's colocated worker class, as in verl's own trainer.
-        worker_group_kwargs: passed to every `RayWorkerGroup` (device_name, profiling options).
-    """
-    groups = {}
-    for policy, pool in pools.items():
-        role, worker_class = worker_class_of(policy)
-        colocated = create_colocated_worker_cls(class_dict={role: worker_class})
-        group = RayWorkerGroup(
-            resource_pool=pool, ray_cls_with_init=colocated, name_prefix=f"mas_{policy}_", **worker_group_kwargs
-        )
-        groups[policy] = group.spawn(prefix_set={role})[role]
-    return groups
-
-
-def server_name_prefix(policy: str, rollout_name: str) -> str:
-    """Ray actor-name prefix of a policy's LLM servers, e.g. `mas_tool_vllm_` (verl's own is `vllm_`)."""
-    return f"mas_{policy}_{rollout_name}_"
-
-
-class PolicyLLMServerManager(LLMServerManager):
-    """verl's server manager whose replicas name their server actors `mas_<policy>_<rollout>_server_<rank>_<node>`.
-
-    Replica ranks stay 0..R-1 within each policy (a hybrid replica indexes its own policy's worker group by rank);
-    the policy in the name keeps two policies' servers apart, and `PolicyActorRolloutRefWorker` looks its server up
-    under the same name for weight sync.
-    """
-
-    def __init__(self, config: DictConfig, *, policy: str, **kwargs: Any) -> None:
-        rollout = config.actor_rollout_ref.rollout
-        replica_class = get_rollout_replica_class(rollout.name, disaggregation_enabled=rollout.disaggregation.enabled)
-        prefix = server_name_prefix(policy, rollout.name)
-
-        class PolicyReplica(replica_class):
-            def _get_server_name_prefix(self) -> str:
-                return prefix
-
-        self.rollout_replica_class = PolicyReplica
-        super().__init__(config, **kwargs)
-
-
-class PolicyActorRolloutRefWorker(ActorRolloutRefWorker):
-    """verl's actor-rollout worker whose rollout adapter finds its own policy's server (see PolicyLLMServerManager).
-
-    The policy comes from `actor_rollout_ref.rollout.custom.mas_policy`, which `policy_trainer_config` sets.
-    """
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self):
-        super().init_model()
-        rollout = getattr(self, "rollout", None)
-        if rollout is not None:
-            prefix = server_name_prefix(self.config.rollout.custom[MAS_POLICY_KEY], self.config.rollout.name)
-            rollout._get_server_name_prefix = lambda: prefix
-
-
-def policy_trainer_config(config: DictConfig, policy: str, settings: PolicyConfig, n_gpus_per_node: int) -> DictConfig:
-    """A copy of verl's whole config in which actor_rollout_ref is this policy's (model, LoRA, GPUs)."""
-    policy_config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
-    with open_dict(policy_config):
-        model = policy_config.actor_rollout_ref.model
-        if settings.model_path:
-            model.path = settings.model_path
-        if settings.lora_rank:
-            model.lora_rank = settings.lora_rank
-        policy_config.actor_rollout_ref.rollout.n_gpus_per_node = n_gpus_per_node
-        policy_config.actor_rollout_ref.rollout.custom = {
-            **(policy_config.actor_rollout_ref.rollout.get("custom") or {}),
-            MAS_POLICY_KEY: policy,
-        }
-        policy_config.trainer.n_gpus_per_node = n_gpus_per_node
-    return policy_config
-
-
-@dataclass
-class PolicyRuntime:
-    """What verl keeps once per trainer, kept once per policy."""
-
-    config: DictConfig
-    tokenizer: Any
-    actor_rollout_wg: RayWorkerGroup
-    ref_policy_wg: RayWorkerGroup | None
-    ref_in_actor: bool
-    llm_server_manager: LLMServerManager
-    checkpoint_manager: CheckpointEngineManager
-
-
-def check_supported(config: DictConfig, mas: MasConfig) -> None:
-    """Reject at start what the AT-GRPO trainer does not run, naming the key."""
-    if config.algorithm.adv_estimator != "at_grpo":
-        raise MasConfigError(
-            f"algorithm.adv_estimator must be at_grpo for AtGrpoTrainer, got {config.algorithm.adv_estimator!r}"
-        )
-    if config.trainer.v1.trainer_mode != "sync":
-        raise MasConfigError("trainer.v1.trainer_mode must be sync: the tree rollout is on-policy")
-    if need_critic(config):
-        raise MasConfigError("critic: AT-GRPO uses no critic; set algorithm.adv_estimator=at_grpo")
-    if len(mas.policy_router().policies) > 1:
-        if need_teacher_policy(config):
-            raise MasConfigError("distillation.enabled: not supported with several policies")
-        reward_model = config.reward.reward_model
-        if reward_model.enable and not reward_model.enable_resource_pool:
-            raise MasConfigError(
-                "reward.reward_model.enable_resource_pool must be true with several policies: "
-                "a colocated reward model needs the single global pool"
-            )
-        if config.trainer.resume_mode == "resume_path":
-            raise MasConfigError(
-                "trainer.resume_mode=resume_path: with several policies use resume_mode=auto "
-                "(each policy resumes from trainer.default_local_dir/<policy>)"
-            )
-        if OmegaConf.select(config, "global_profiler.steps"):
-            raise MasConfigError("global_profiler.steps: profiling is not supported with several policies")
-
-
-# ------------------------------------------------------------------ the trainer
 
 
 class AtGrpoTrainer(PPOTrainerSync):
@@ -596,7 +282,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         if self.config.trainer.critic_warmup <= self.global_steps:
             for policy, part in parts.items():
                 if self.mas.update_audit:
-                    self._audit_update(policy, part)
+                    append_update_audit(self.mas.update_audit, self.global_steps, policy, part)
                 with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
                     with marked_timer("update_actor", timing_raw, color="red"):
                         self._update_actor(part, metrics=policy_metrics)
@@ -612,29 +298,16 @@ class AtGrpoTrainer(PPOTrainerSync):
         yield own
         metrics.update({f"policy/{policy}/{name}": value for name, value in own.items()})
 
-    def _audit_update(self, policy: str, part: KVBatchMeta) -> None:
-        """Append what `policy`'s update is about to receive to `mas.update_audit`, fetched as the worker fetches it
-        (only the fields the batch's metadata lists)."""
-        fields = list(part.fields or [])
-        data = tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=fields + ["extra_fields"])
-        tags = SampleTags.from_rows(_rows(data["extra_fields"]), [t.get("is_padding", False) for t in part.tags])
-        record = update_audit_record(self.global_steps, policy, fields, data, tags)
-        path = os.path.expanduser(self.mas.update_audit)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(record) + "\n")
-
     def _row_policies(self, batch: KVBatchMeta) -> list[str]:
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
-        padding = [tag.get("is_padding", False) for tag in batch.tags]
-        return list(SampleTags.from_rows(_rows(data["extra_fields"]), padding).policy)
+        return list(batch_tags(data["extra_fields"], batch.tags).policy)
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """Restore each row's mixed reward as its score, then at_grpo advantages grouped by (task, role, turn)."""
         fields = ["response_mask", "extra_fields", "rollout_log_probs", "old_log_probs", "ref_log_prob"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         nested_mask = data["response_mask"]
-        tags = SampleTags.from_rows(_rows(data.pop("extra_fields")), [t.get("is_padding", False) for t in batch.tags])
+        tags = batch_tags(data.pop("extra_fields"), batch.tags)
         proto = DataProto(batch=data.to_padded_tensor())
         response_mask = proto.batch["response_mask"]
         scores = reward_scores(tags, nested_mask.offsets().diff(), response_mask.shape[1])

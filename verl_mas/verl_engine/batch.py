@@ -1,0 +1,215 @@
+"""The advantage step's pure pieces: per-row sample tags, restored rewards, AT-GRPO advantages through verl's
+estimator registry, per-role and per-turn metrics, the update audit record, and the split of a batch by policy."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+
+from verl_mas.advantage import group_ids, registered_estimator
+
+
+@dataclass(frozen=True)
+class SampleTags:
+    """Per-row tags the agent loop wrote into extra_fields, as arrays; padding rows carry no sample."""
+
+    task_uid: np.ndarray  # [n] object
+    role: np.ndarray  # [n] object
+    turn: np.ndarray  # [n] int64
+    policy: np.ndarray  # [n] object
+    mixed_reward: np.ndarray  # [n] float64
+    env_error: np.ndarray  # [n] bool
+    valid: np.ndarray  # [n] bool
+    padding: np.ndarray  # [n] bool
+
+    @classmethod
+    def from_rows(cls, extra_fields: Sequence[Any], padding: Sequence[bool]) -> SampleTags:
+        """Read the tags of every row.
+
+        Raises:
+            ValueError: a real row lacks a tag (it was not produced by the `mas_agent` loop), naming row and key.
+        """
+        if len(extra_fields) != len(padding):
+            raise ValueError(f"at_grpo step: {len(extra_fields)} rows of extra_fields for {len(padding)} tags")
+        keys = ("task_uid", "role", "turn", "policy", "mixed_reward")
+        columns: dict[str, list] = {key: [] for key in (*keys, "env_error", "valid")}
+        for row, (fields, is_padding) in enumerate(zip(extra_fields, padding, strict=True)):
+            fields = fields if isinstance(fields, Mapping) else {}
+            missing = [key for key in keys if fields.get(key) is None]
+            if missing and not is_padding:
+                raise ValueError(
+                    f"at_grpo step: row {row} has no extra_fields {missing}; was it produced by the mas_agent loop?"
+                )
+            for key in keys:
+                columns[key].append(fields.get(key, ""))
+            columns["env_error"].append(bool(fields.get("env_error", False)))
+            columns["valid"].append(bool(fields.get("valid", True)))
+        rewards = [0.0 if pad else float(r) for r, pad in zip(columns["mixed_reward"], padding, strict=True)]
+        return cls(
+            task_uid=np.array([str(v) for v in columns["task_uid"]], dtype=object),
+            role=np.array([str(v) for v in columns["role"]], dtype=object),
+            turn=np.array([int(v or 0) for v in columns["turn"]], dtype=np.int64),
+            policy=np.array([str(v) for v in columns["policy"]], dtype=object),
+            mixed_reward=np.array(rewards, dtype=np.float64),
+            env_error=np.array(columns["env_error"], dtype=bool),
+            valid=np.array(columns["valid"], dtype=bool),
+            padding=np.array([bool(p) for p in padding], dtype=bool),
+        )
+
+
+def batch_tags(extra_fields: Any, kv_tags: Sequence[Mapping[str, Any]]) -> SampleTags:
+    """The sample tags of a batch fetched from TransferQueue: its `extra_fields` column and its keys' tags."""
+    return SampleTags.from_rows(rows_of(extra_fields), [tag.get("is_padding", False) for tag in kv_tags])
+
+
+def rows_of(column: Any) -> list:
+    """A non-tensor column from TransferQueue as a list (a NonTensorStack, or the list tensordict returns)."""
+    return list(column.tolist() if hasattr(column, "tolist") else column)
+
+
+def reward_scores(tags: SampleTags, response_lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """[n, width] float32: each real row's mixed reward on its last response token (as verl places a reward).
+
+    Padding rows get zeros. A row's length counts its tokens whether or not they are masked, so a sample whose
+    response is a masked-out eos keeps its reward in its group.
+    """
+    scores = torch.zeros((len(tags.padding), width), dtype=torch.float32)
+    real = torch.from_numpy(~tags.padding)
+    rows = torch.nonzero(real).flatten()
+    last = (response_lengths[rows] - 1).clamp(min=0)
+    scores[rows, last] = torch.from_numpy(tags.mixed_reward[~tags.padding]).to(torch.float32)
+    return scores
+
+
+def at_grpo_advantages(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    tags: SampleTags,
+    grouping: str,
+    algorithm_config: Any,
+) -> torch.Tensor:
+    """[n, L] advantages from `at_grpo` grouped by (task uid, role, turn), or by task uid for grouping "task".
+
+    Padding rows take no part in any group and get zero advantages.
+    """
+    advantages = torch.zeros_like(token_level_rewards)
+    real = ~tags.padding
+    if not real.any():
+        return advantages
+    index = torch.from_numpy(np.nonzero(real)[0])
+    real_advantages, _ = registered_estimator()(
+        token_level_rewards=token_level_rewards[index],
+        response_mask=response_mask[index],
+        index=tags.task_uid[real],
+        config=algorithm_config,
+        role=tags.role[real],
+        turn=tags.turn[real],
+        grouping=grouping,
+    )
+    advantages[index] = real_advantages
+    return advantages
+
+
+def sample_metrics(tags: SampleTags, grouping: str) -> dict[str, float]:
+    """Per-role reward, invalid-move share and zero-variance group share, plus environment failures."""
+    real = ~tags.padding
+    if not real.any():
+        return {}
+    metrics = {"mas/env_failed_tasks": float(len(set(tags.task_uid[real & tags.env_error])))}
+    for role in sorted(set(tags.role[real])):
+        rows = real & (tags.role == role)
+        rewards = tags.mixed_reward[rows]
+        metrics[f"mas/{role}/reward/mean"] = float(rewards.mean())
+        metrics[f"mas/{role}/invalid_share"] = float((~tags.valid[rows]).mean())
+        group = group_ids(
+            len(rewards), index=tags.task_uid[rows], role=tags.role[rows], turn=tags.turn[rows], grouping=grouping
+        )
+        highest = np.full(group.max() + 1, -np.inf)
+        np.maximum.at(highest, group, rewards)
+        lowest = np.full(group.max() + 1, np.inf)
+        np.minimum.at(lowest, group, rewards)
+        metrics[f"mas/{role}/zero_variance_group_share"] = float((highest == lowest).mean())
+    for turn in sorted(set(tags.turn[real].tolist())):
+        rows = real & (tags.turn == turn)
+        metrics[f"mas/turn_{turn}/reward/mean"] = float(tags.mixed_reward[rows].mean())
+        metrics[f"mas/turn_{turn}/invalid_share"] = float((~tags.valid[rows]).mean())
+        metrics[f"mas/turn_{turn}/samples"] = float(rows.sum())
+    return metrics
+
+
+def update_audit_record(step: int, policy: str, fields: Sequence[str], data: TensorDict, tags: SampleTags) -> dict:
+    """What one policy's actor update received: its field list and, per row, the tags and the advantage.
+
+    A row's `advantage` is the mean over its response tokens and `advantage_spread` the max - min there (AT-GRPO
+    spreads one value over a sample's tokens, so the spread is 0); both are None when the batch has no advantages.
+    `logprob_gap` is the largest |sampler log-prob - actor's recomputed log-prob| over the row's response tokens
+    (None without both), which shows whether the rollout served the weights the actor trains.
+    """
+
+    def per_row(name: str) -> list[torch.Tensor] | None:
+        return data[name].unbind() if name in data.keys() else None
+
+    rows = []
+    advantages, masks = per_row("advantages"), per_row("response_mask")
+    sampler, actor = per_row("rollout_log_probs"), per_row("old_log_probs")
+    for i in range(len(tags.padding)):
+        row = {
+            "task_uid": str(tags.task_uid[i]),
+            "role": str(tags.role[i]),
+            "turn": int(tags.turn[i]),
+            "policy": str(tags.policy[i]),
+            "padding": bool(tags.padding[i]),
+            "reward": float(tags.mixed_reward[i]),
+            "advantage": None,
+            "advantage_spread": None,
+            "logprob_gap": None,
+        }
+        tokens = masks[i].bool() if masks is not None else None
+        if advantages is not None and tokens is not None and tokens.any():
+            values = advantages[i][tokens].double()
+            row["advantage"] = float(values.mean())
+            row["advantage_spread"] = float(values.max() - values.min())
+        if sampler is not None and actor is not None and tokens is not None and tokens.any():
+            row["logprob_gap"] = float((sampler[i][tokens].double() - actor[i][tokens].double()).abs().max())
+        rows.append(row)
+    return {"step": step, "policy": policy, "fields": sorted(fields), "rows": rows}
+
+
+def split_by_policy(
+    batch: KVBatchMeta, policy_of_row: Sequence[str], policies: Sequence[str]
+) -> dict[str, KVBatchMeta]:
+    """The batch's rows per policy, in `policies` order (a policy with no rows this step is left out).
+
+    Raises:
+        ValueError: a row names a policy outside `policies`.
+    """
+    unknown = sorted(set(policy_of_row) - set(policies))
+    if unknown:
+        raise ValueError(f"at_grpo step: rows name policies {unknown}, not served by this trainer ({list(policies)})")
+    parts = {}
+    for policy in policies:
+        keys = [key for key, owner in zip(batch.keys, policy_of_row, strict=True) if owner == policy]
+        if keys:
+            parts[policy] = batch.select_keys(keys)
+    return parts
+
+
+def append_update_audit(path: str, step: int, policy: str, part: KVBatchMeta) -> None:
+    """Append what `policy`'s update is about to receive to the JSONL at `path`, fetched as verl's worker fetches it
+    (only the fields the batch's metadata lists)."""
+    fields = list(part.fields or [])
+    data = tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=fields + ["extra_fields"])
+    record = update_audit_record(step, policy, fields, data, batch_tags(data["extra_fields"], part.tags))
+    path = os.path.expanduser(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(json.dumps(record) + "\n")
