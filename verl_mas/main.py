@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 from pprint import pprint
 
@@ -90,6 +91,8 @@ def check_data_files(key: str, files: str | ListConfig | list[str] | None, mas: 
             tasks = read_tasks(Path(path).expanduser())
         except ValueError as exc:
             raise MasConfigError(f"{key}: {exc}") from None
+        if not tasks:
+            raise MasConfigError(f"{key}: {path}: the file holds no rows; a run needs at least one task")
         for number, task in enumerate(tasks):
             if task.env != mas.env:
                 raise MasConfigError(f"{key}: {path}: row {number} is a {task.env!r} task, but mas.env is {mas.env!r}")
@@ -137,7 +140,11 @@ def main(config: DictConfig) -> None:
     if config.trainer.device == "cpu":
         select_cpu()
     auto_set_device(config)
-    check_config(config)
+    try:
+        check_config(config)
+    except MasConfigError as error:  # the message names the key: no hydra banner, no traceback
+        print(f"verl_mas.main: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     run_ppo(config, task_runner_class=MasTaskRunner)
 
 

@@ -304,13 +304,16 @@ def test_check_config_leaves_remote_data_files_to_verl(base_config):
     assert check_config(config).env == "sudoku"
 
 
-def test_main_checks_before_it_hands_the_config_to_ray(base_config, monkeypatch):
+def test_main_checks_before_it_hands_the_config_to_ray(base_config, monkeypatch, capsys):
     launched = []
     monkeypatch.setattr("verl_mas.main.run_ppo", lambda config, task_runner_class: launched.append(task_runner_class))
     bad = copy.deepcopy(base_config)
     OmegaConf.update(bad, "mas.router", "per_agent")
-    with pytest.raises(MasConfigError, match=r"^mas\.router: unknown router 'per_agent'"):
+    with pytest.raises(SystemExit) as exited:
         main.__wrapped__(bad)
+    assert exited.value.code == 2
+    # the message alone, naming the key: no traceback
+    assert capsys.readouterr().err.startswith("verl_mas.main: mas.router: unknown router 'per_agent'")
     assert launched == []
     main.__wrapped__(copy.deepcopy(base_config))
     assert launched == [MasTaskRunner]
@@ -376,3 +379,30 @@ def test_gpu_defaults_need_no_flash_attn_and_asking_for_it_without_it_fails_at_s
         with pytest.raises(MasConfigError, match=rf"^{key}=.* need flash-attn, which is not installed"):
             check_attention(config, flash_attn_installed=False)
         check_attention(config, flash_attn_installed=True)
+
+
+def test_an_empty_data_file_fails_at_start(base_config, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from verl_mas.dataset import task_rows
+
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.Table.from_pylist(task_rows("sudoku", "train", 1, 0, {})).slice(0, 0), empty)
+    config = copy.deepcopy(base_config)
+    OmegaConf.update(config, "data.train_files", str(empty))
+    with pytest.raises(MasConfigError, match=r"^data\.train_files: .*empty\.parquet: the file holds no rows"):
+        check_config(config)
+
+
+def test_a_bad_key_prints_one_line_and_no_traceback(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "verl_mas.main", "mas.rollout.k=0"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "Error executing job" not in result.stderr
+    assert "verl_mas.main: mas.rollout.k must be >= 1, got 0" in result.stderr
