@@ -13,8 +13,9 @@ from pathlib import Path
 
 import torch
 
+from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.presets import resolve_train_config
-from verl_mas.local.train import LocalRun, LocalTrainConfig, make_tasks
+from verl_mas.local.train import LocalRun, make_tasks
 from verl_mas.overrides import parse_overrides
 
 RESULTS = Path(__file__).parent / "results" / "role_limit.json"

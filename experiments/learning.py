@@ -22,9 +22,11 @@ from typing import Any
 import torch
 from transformers.utils import logging as transformers_logging
 
+from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, config_json
 from verl_mas.local.presets import apply_train_overrides, resolve_train_config
 from verl_mas.local.reporting import METRICS_FILE
-from verl_mas.local.train import CONFIG_FILE, LocalRun, LocalTrainConfig, config_json, train, warm_start_env_options
+from verl_mas.local.train import LocalRun, train
+from verl_mas.local.warm_start import warm_start_env_options
 from verl_mas.overrides import parse_overrides
 
 REPO = Path(__file__).resolve().parents[1]

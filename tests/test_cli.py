@@ -14,7 +14,7 @@ from verl_mas.cli import main
 from verl_mas.demo import DemoConfig
 from verl_mas.env import Task
 from verl_mas.local.presets import PRESETS, resolve_train_config
-from verl_mas.local.train import LocalTrainConfig
+from verl_mas.local.config import LocalTrainConfig
 from verl_mas.metrics import rollout_metrics
 from verl_mas.overrides import apply_overrides, parse_overrides
 from verl_mas.rollout import GenerationRequest, RolloutConfig, rollout_tasks

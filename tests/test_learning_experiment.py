@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from verl_mas.local.train import CONFIG_FILE, config_json
+from verl_mas.local.config import CONFIG_FILE, config_json
 
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "learning.py"
 

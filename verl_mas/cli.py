@@ -118,9 +118,10 @@ def _dispatch(args: argparse.Namespace) -> int:
                 f"{summary.sampled_success_after:.3f}"
             )
     elif args.command == "eval":
+        from verl_mas.local.config import CONFIG_FILE, read_config
         from verl_mas.local.evaluate import EvalConfig, evaluate
         from verl_mas.local.presets import resolve_train_config
-        from verl_mas.local.train import CONFIG_FILE, find_checkpoint, read_config
+        from verl_mas.local.train import find_checkpoint
 
         overrides = parse_overrides(args.overrides)
         eval_keys = tuple(f.name for f in dataclasses.fields(EvalConfig))

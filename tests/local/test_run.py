@@ -12,8 +12,10 @@ import torch
 
 from verl_mas.cli import main
 from verl_mas.env import ENVS, MultiAgentEnv, StepResult, Task, Workflow, register_env
+from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.presets import apply_train_overrides
-from verl_mas.local.train import LocalRun, LocalTrainConfig, collect_expert_pairs, render_prompt, train
+from verl_mas.local.train import LocalRun, train
+from verl_mas.local.warm_start import collect_expert_pairs, render_prompt
 from verl_mas.overrides import apply_overrides
 from verl_mas.rollout import GenerationRequest
 from verl_mas.router import PolicyRouter

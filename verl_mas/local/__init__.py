@@ -1,1 +1,2 @@
-"""Local engine: tokenizer, tiny or loaded LMs, batched sampling, PPO update, training loop, checkpoints, evaluation."""
+"""Local engine: config, tokenizer, tiny or loaded LMs, warm start, batched sampling, PPO update, training loop,
+checkpoints, evaluation, reporting."""

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.generator import BatchingGenerator
-from verl_mas.local.train import LocalRun, LocalTrainConfig, make_tasks
+from verl_mas.local.train import LocalRun, make_tasks
 from verl_mas.metrics import role_turn_stats, rollout_metrics
 
 EVAL_FILE = "eval.json"

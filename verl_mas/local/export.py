@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from verl_mas.local.train import LocalRun, LocalTrainConfig, find_checkpoint
+from verl_mas.local.config import LocalTrainConfig
+from verl_mas.local.train import LocalRun, find_checkpoint
 
 
 def export_policies(

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from verl_mas.local.train import LocalTrainConfig
+from verl_mas.local.config import LocalTrainConfig
 from verl_mas.overrides import apply_overrides
 
 
@@ -33,15 +33,7 @@ SMOKE_OVERRIDES = {
     "output_dir": "runs/smoke",
 }
 
-# The paper's tool agent writes a program that the sandbox runs (up to 458 tokens with the local tokenizer, on
-# Sokoban). The warm start plays only correct programs, so that the plan agent learns to copy a proposal that works,
-# and corrupts half the plan's moves, so that turns 2 and 3 (a program again, then a copy) are learnt too; without
-# them a failed first copy was never recovered (docs/results/learning_code_turns.md). 24 epochs: after 12 the copy
-# worked on one seed of five (docs/results/learning_code_gpu.md).
-# The update lr is lower because one negative sample pushes down every token of a long program that it shares with
-# the good ones (docs/results/learning_code_mode.md).
-# The plan agent's moves take at most 29 tokens on these boards; capped at 64, a confused plan agent no longer writes
-# 480 tokens, which halves a weak model's rollout time (docs/results/benchmarks.md).
+# The reasons and measurements behind these values: docs/presets.md.
 CODE_TOOL_OVERRIDES = {
     "env_options": {"tool_mode": "code"},
     "sampling": {"max_new_tokens": 480, "role_max_new_tokens": {"plan": 64}},

@@ -1,4 +1,4 @@
-"""Where a local run's per-step metrics go: metrics.jsonl always, TensorBoard when asked, progress bar or log."""
+"""Where a local run's metrics go: metrics.jsonl always, TensorBoard when asked, progress bar or log, the curve PNG."""
 
 from __future__ import annotations
 
@@ -74,3 +74,29 @@ class MetricsSink:
         self.file.close()
         if self.writer is not None:
             self.writer.close()
+
+
+def plot_learning_curve(history: list[dict[str, float]], path: Path) -> None:
+    """Training success (tree rollout) and held-out success (greedy, and sampled when measured) against the step."""
+    import matplotlib  # here: slow to import, and only the end of a run draws
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    train = [(h["step"], h["rollout/success"]) for h in history if "rollout/success" in h]
+    evals = [(h["step"], h["eval/success"]) for h in history if "eval/success" in h]
+    if train:
+        ax.plot(*zip(*train, strict=True), label="train (tree rollout)", alpha=0.6)
+    if evals:
+        ax.plot(*zip(*evals, strict=True), marker="o", label="held-out (greedy, K=1)")
+    sampled = [(h["step"], h["eval_sampled/success"]) for h in history if "eval_sampled/success" in h]
+    if sampled:
+        ax.plot(*zip(*sampled, strict=True), marker="s", label="held-out (sampled, K=1)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("success")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

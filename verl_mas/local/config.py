@@ -1,0 +1,182 @@
+"""The local engine's config schema (`LocalTrainConfig` and its parts), its checks, and its JSON form."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+import torch
+
+from verl_mas.advantage import GROUPINGS, Grouping
+from verl_mas.local.generator import SamplingConfig
+from verl_mas.local.update import UpdateConfig
+from verl_mas.overrides import apply_overrides
+
+RolloutMode = Literal["tree", "independent"]
+WarmStartSchedule = Literal["cosine", "constant"]
+WARM_START_SCHEDULES: tuple[str, ...] = get_args(WarmStartSchedule)
+CONFIG_FILE = "config.json"  # a run's config, in its output folder and in each checkpoint
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model per policy: loaded from `path` (any HF causal LM), or tiny and random when path is empty."""
+
+    path: str = ""
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 4
+    vocab_size: int = 768
+    max_positions: int = 1024
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """Supervised warm start on the environment's expert moves (tiny models start from random weights)."""
+
+    tasks: int = 1024
+    epochs: int = 6
+    lr: float = 3e-3
+    batch_size: int = 32
+    # "cosine" decays the lr to zero over all warm-start batches; "constant" keeps it. Decay lets the last epochs
+    # settle instead of bouncing around the minimum at the full lr.
+    lr_schedule: WarmStartSchedule = "cosine"
+    # Probability that the move played along a warm-start episode is the expert's (else a corrupted copy); the
+    # label is always the expert's move. Below 1, the data also holds later turns and wrong proposals to fix.
+    play_skill: float = 0.5
+    # The roles whose played moves may be corrupted (None: every role); the others always play the expert's move.
+    # With only the plan's moves corrupted, the tool's proposals stay right, so the data holds later turns whose
+    # proposals are still worth copying.
+    corrupt_roles: tuple[str, ...] | None = None
+    # Env options of the warm-start boards only, merged over `env_options`: e.g. size=5 warm-starts on smaller boards
+    # than RL and evaluation play, so that RL has harder boards left to learn.
+    env_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.play_skill <= 1.0:
+            raise ValueError(f"warm_start.play_skill must be in [0, 1], got {self.play_skill}")
+        if self.corrupt_roles is not None and not (
+            isinstance(self.corrupt_roles, tuple) and all(isinstance(role, str) for role in self.corrupt_roles)
+        ):
+            raise ValueError(f"warm_start.corrupt_roles must be a list of role names, got {self.corrupt_roles!r}")
+        if self.lr_schedule not in WARM_START_SCHEDULES:
+            raise ValueError(f"warm_start.lr_schedule must be one of {WARM_START_SCHEDULES}, got {self.lr_schedule!r}")
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """With rank > 0: one base model carrying one peft LoRA adapter per policy, instead of one whole model each.
+
+    The base is warm-started on every policy's expert moves, then frozen; adapters start as the identity
+    (peft zero-initialises B). No LoRA dropout: training must score the same function the sampler drew from.
+    """
+
+    rank: int = 0
+    alpha: float = 16.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+@dataclass(frozen=True)
+class LocalTrainConfig:
+    """Everything a local run needs; every field can be overridden on the command line as key=value."""
+
+    env: str = "plan_path"
+    env_options: Mapping[str, Any] = field(
+        default_factory=lambda: {
+            "size": 5,
+            "wall_ratio": 0.2,
+            "tool_mode": "compact",
+            "max_turns": 3,
+            "brief_prompts": True,
+        }
+    )
+    router: Any = "shared"
+    k: int = 4
+    alpha: float = 1.0
+    grouping: Grouping = "task_role_turn"
+    tasks_per_step: int = 16
+    steps: int = 300
+    eval_tasks: int = 256
+    eval_every: int = 50
+    # > 0: also evaluate the sampling policy itself (what RL trains): this many episodes per task at
+    # sampling.temperature, as `eval_sampled/success`, next to greedy decoding's `eval/success`.
+    eval_samples: int = 2
+    seed: int = 0
+    output_dir: str = "runs/default"
+    checkpoint_every: int = 0
+    model: ModelSpec = field(default_factory=ModelSpec)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0, max_new_tokens=24))
+    update: UpdateConfig = field(default_factory=lambda: UpdateConfig(lr=3e-4, weight_decay=0.0))
+    # update.lr for the named policies instead (with router=per_role a policy is a role), so that one role's model
+    # can learn at another rate than the rest: a role writing long programs breaks at rates others take.
+    policy_lr: dict[str, float] = field(default_factory=dict)
+    lora: LoraSpec = field(default_factory=LoraSpec)
+    rollout_mode: RolloutMode = "tree"  # "independent": the no-tree ablation, K whole episodes per task
+    resume: bool | str = False  # true: the latest checkpoint under output_dir, if any; a path: that checkpoint
+    progress: bool = True  # a progress bar over steps; false: one log line per step
+    tensorboard: bool = False  # also write the metrics as TensorBoard scalars to output_dir/tb
+    # Where models, sampling and updates run: "cpu", "cuda", "cuda:N", or "auto" (cuda when available).
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if self.device != "auto":
+            try:
+                torch.device(self.device)
+            except (RuntimeError, TypeError) as error:
+                raise ValueError(f"device must be 'cpu', 'cuda', 'cuda:N' or 'auto', got {self.device!r}") from error
+        if self.rollout_mode not in ("tree", "independent"):
+            raise ValueError(f"rollout_mode must be 'tree' or 'independent', got {self.rollout_mode!r}")
+        if self.resume == "":
+            raise ValueError("resume must be true, false or a checkpoint path, got an empty string")
+        if self.lora.rank < 0:
+            raise ValueError(f"lora.rank must be >= 0 (0: one whole model per policy), got {self.lora.rank}")
+        if self.grouping not in GROUPINGS:
+            raise ValueError(f"grouping must be one of {GROUPINGS}, got {self.grouping!r}")
+        if self.update.temperature != self.sampling.temperature:
+            raise ValueError(
+                f"update.temperature ({self.update.temperature}) must equal sampling.temperature "
+                f"({self.sampling.temperature}): training must score the distribution that was sampled"
+            )
+        for key in ("k", "tasks_per_step", "eval_tasks", "eval_every"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        for policy, lr in self.policy_lr.items():
+            if not 0.0 < lr < math.inf:
+                raise ValueError(f"policy_lr.{policy} must be a finite number > 0, got {lr}")
+        if self.steps < 0 or self.checkpoint_every < 0 or self.eval_samples < 0:
+            raise ValueError("steps, checkpoint_every and eval_samples must be >= 0")
+
+
+def check_names(config: LocalTrainConfig, roles: Sequence[str], policies: Sequence[str]) -> None:
+    """The keys that name roles or policies name ones the env and the router have (known only once both are built).
+
+    Raises:
+        ValueError: naming the key, the unknown name and the known ones.
+    """
+    _require_known("policy_lr", "policy", config.policy_lr, policies, "this router's policies")
+    corrupt_roles = config.warm_start.corrupt_roles or ()
+    _require_known("warm_start.corrupt_roles", "role", corrupt_roles, roles, f"{config.env}'s roles")
+    limited = config.sampling.role_max_new_tokens
+    _require_known("sampling.role_max_new_tokens", "role", limited, roles, f"{config.env}'s roles")
+
+
+def _require_known(key: str, kind: str, names: Iterable[str], known: Sequence[str], known_label: str) -> None:
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise ValueError(f"{key} names unknown {kind} {unknown[0]!r}; {known_label}: {list(known)}")
+
+
+def config_json(config: LocalTrainConfig) -> str:
+    return json.dumps(dataclasses.asdict(config), indent=2, default=str)
+
+
+def read_config(path: Path) -> LocalTrainConfig:
+    """The config a run saved as JSON (environment options replace the defaults' instead of merging into them)."""
+    saved = json.loads(Path(path).read_text())
+    return apply_overrides(dataclasses.replace(LocalTrainConfig(), env_options={}), saved)
