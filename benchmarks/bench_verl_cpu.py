@@ -18,8 +18,9 @@ import statistics
 from pathlib import Path
 
 from verl_mas.dataset import write_dataset
+from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
-from verl_mas.local.train import LocalTrainConfig, train
+from verl_mas.local.train import train
 from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import run_on_cpu
 
@@ -43,6 +44,7 @@ def local_config(args: argparse.Namespace, out: Path) -> LocalTrainConfig:
             "eval_tasks": args.eval_tasks,
             "eval_every": args.steps,
             "eval_samples": 0,
+            "update": {"mini_batch_size": args.mini_batch},
             "seed": args.seed,
             "progress": False,
             "output_dir": str(out),
@@ -74,8 +76,9 @@ def verl_overrides(config: LocalTrainConfig, model: Path, data: Path, out: Path)
         f"actor_rollout_ref.actor.optim.weight_decay={config.update.weight_decay}",
         f"actor_rollout_ref.actor.grad_clip={config.update.grad_clip}",
         f"actor_rollout_ref.actor.clip_ratio={config.update.clip_ratio}",
-        # one optimizer step per training step, as the local engine takes
-        "actor_rollout_ref.actor.ppo_mini_batch_size=100000",
+        # the same optimizer steps per training step as the local run (verl pads the batch to a multiple of this
+        # with zero-advantage rows, so it stays near the samples of a step rather than above all of them)
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={config.update.mini_batch_size}",
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=65536",
         f"trainer.total_training_steps={config.steps}",
         "trainer.val_before_train=true",
@@ -97,6 +100,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--eval-tasks", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mini-batch", type=int, default=64, help="samples per optimizer step, both engines")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--timeout", type=float, default=3600)
     args = parser.parse_args()

@@ -19,8 +19,8 @@ import torch
 from safetensors.torch import load_file
 
 from verl_mas.dataset import write_dataset
+from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
-from verl_mas.local.train import LocalTrainConfig
 from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import CpuRun, run_on_cpu
 
