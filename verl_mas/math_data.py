@@ -131,7 +131,7 @@ def _olympiad_answer(value: Any, where: str) -> str:
             value = [text]
     if not isinstance(value, list | tuple) or not value:
         raise ValueError(f"{where}: final_answer must be a non-empty list of answers, got {value!r}")
-    answers = [_text(item, "each final_answer", where).strip("$").strip() for item in value]
+    answers = [_answer_text(item, where, "each final_answer").strip("$").strip() for item in value]
     if not all(answers):
         raise ValueError(f"{where}: final_answer holds an empty answer: {value!r}")
     return ", ".join(answers)
