@@ -6,7 +6,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, get_args
 
 import numpy as np
-import pandas as pd
 import torch
 
 ESTIMATOR_NAME = "at_grpo"
@@ -135,6 +134,9 @@ def _as_array(name: str, values: Labels, n: int) -> np.ndarray:
 
 def _factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
     """Dense codes of `values` and how many distinct values there are (a hash table: no sort, no per-item loop)."""
+    # Imported on first use: verl's plugin loader imports this module in every Ray actor, and pandas is slow to import.
+    import pandas as pd
+
     try:
         codes, uniques = pd.factorize(values, use_na_sentinel=False)
     except TypeError:  # unhashable labels (lists, dicts): compare by their text
