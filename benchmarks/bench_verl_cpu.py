@@ -26,6 +26,7 @@ from verl_mas.verl_engine.cpu_run import run_on_cpu
 
 RESULTS = Path(__file__).parent / "results" / "verl_cpu"
 LOCAL_TIMES = ("time/rollout_s", "time/generation_s", "time/advantage_s", "time/update_s", "time/step_s")
+COMMAND_KEYS = ("steps", "tasks_per_step", "k", "eval_tasks", "seed", "mini_batch")
 VERL_TIMES = ("timing_s/gen", "timing_s/old_log_prob", "timing_s/adv", "timing_s/update_actor", "timing_s/step")
 
 
@@ -103,6 +104,7 @@ def main() -> None:
     parser.add_argument("--mini-batch", type=int, default=64, help="samples per optimizer step, both engines")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--reuse-local", action="store_true", help="take the local run's figures from OUT/local.json")
     args = parser.parse_args()
     out = args.out.resolve()
     config = local_config(args, out / "local")
@@ -117,8 +119,18 @@ def main() -> None:
         seed=config.seed,
         options=config.env_options,
     )
-    local = train(apply_overrides(config, {"model": {"path": str(model)}}))
-    local_steps = [row for row in local.history if "time/step_s" in row]
+    local_file = out / "local.json"
+    if args.reuse_local and local_file.exists():
+        local_result = json.loads(local_file.read_text())
+    else:
+        local = train(apply_overrides(config, {"model": {"path": str(model)}}))
+        local_steps = [row for row in local.history if "time/step_s" in row]
+        local_result = {
+            "before": local.eval_success_before,
+            "after": local.eval_success_after,
+            "times": median_times(local_steps, LOCAL_TIMES),
+        }
+        local_file.write_text(json.dumps(local_result, indent=2))
 
     run = run_on_cpu(out / "verl", verl_overrides(config, model, out / "data", out / "verl"), args.timeout)
     if run.returncode != 0:
@@ -131,13 +143,9 @@ def main() -> None:
     n = config.eval_tasks
     result = {
         "command": "python benchmarks/bench_verl_cpu.py "
-        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k not in ("out", "timeout")),
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k in COMMAND_KEYS),
         "boards": n,
-        "local": {
-            "before": local.eval_success_before,
-            "after": local.eval_success_after,
-            "times": median_times(local_steps, LOCAL_TIMES),
-        },
+        "local": local_result,
         "verl": {
             "before": accuracy[0][1],
             "after": accuracy[-1][1],
