@@ -13,8 +13,8 @@ from mas_testkit import ScriptedGenerator, spread_script
 from verl_mas.cli import main
 from verl_mas.demo import DemoConfig
 from verl_mas.env import Task
-from verl_mas.local.presets import PRESETS, resolve_train_config
 from verl_mas.local.config import LocalTrainConfig
+from verl_mas.local.presets import PRESETS, resolve_train_config
 from verl_mas.metrics import rollout_metrics
 from verl_mas.overrides import apply_overrides, parse_overrides
 from verl_mas.rollout import GenerationRequest, RolloutConfig, rollout_tasks
@@ -181,7 +181,7 @@ def test_eval_errors_list_eval_keys_too(capsys):
     assert main(["eval", "sample=2"]) == 2
     assert "unknown config key 'sample'; known keys: " in (err := capsys.readouterr().err) and "samples" in err
     assert main(["eval", "samples=0"]) == 2
-    assert "samples must be >= 1" in capsys.readouterr().err
+    assert "samples must be an integer >= 1, got 0" in capsys.readouterr().err
 
 
 def test_train_help_explains_every_key_and_lists_presets(capsys):
@@ -201,3 +201,10 @@ def test_eval_of_a_fresh_warm_start_writes_its_report(tmp_path, capsys):
     assert (report["checkpoint"], report["step"], report["tasks"], report["samples"]) == ("", 0, 1, 1)
     assert set(report["success"]) == {"plan_path"} and {row["role"] for row in report["role_turns"]} <= {"tool", "plan"}
     assert "evaluation of a fresh warm start: 1 tasks x 1 samples, greedy" in capsys.readouterr().out
+
+
+def test_numbers_in_nested_yaml_are_numbers_too():
+    config = resolve_train_config(parse_overrides(["update={eps: 1e-8, grad_clip: 1e-1}", "warm_start={lr: 2e-3}"]))
+    assert (config.update.eps, config.update.grad_clip, config.warm_start.lr) == (1e-8, 0.1, 2e-3)
+    with pytest.raises(ValueError, match="'update.eps' expects a number, got 'tiny'"):
+        resolve_train_config(parse_overrides(["update={eps: tiny}"]))

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from verl_mas.local.files import RunError
 from verl_mas.overrides import apply_overrides, parse_overrides
 
 USAGE = """\
@@ -91,8 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, RunError) as exc:
         print(f"verl-mas {args.command}: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file or folder the command needs: name it, as the OS reported it
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"verl-mas {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
 
 

@@ -91,13 +91,17 @@ def write_dataset(
     """Write `train.parquet` and `eval.parquet` under `out_dir`; returns {split: path}."""
     if n_train < 1 or n_eval < 1:
         raise ValueError(f"n_train and n_eval must be >= 1, got {n_train} and {n_eval}")
+    # Every row is built before the folder is made: an unknown env or a bad option leaves the disk as it was.
+    tables = {
+        split: pa.Table.from_pylist(task_rows(env_name, split, n, seed, options))
+        for split, n in (("train", n_train), ("eval", n_eval))
+    }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for split, n in (("train", n_train), ("eval", n_eval)):
-        path = out / f"{split}.parquet"
-        pq.write_table(pa.Table.from_pylist(task_rows(env_name, split, n, seed, options)), path)
-        paths[split] = path
+    for split, table in tables.items():
+        paths[split] = out / f"{split}.parquet"
+        pq.write_table(table, paths[split])
     return paths
 
 

@@ -65,6 +65,8 @@ def apply_overrides(config: C, overrides: Mapping[str, Any], path: str = "") -> 
 
 def _coerce(value: Any, current: Any, key: str, annotation: Any) -> Any:
     members = [member.strip() for member in str(annotation).split("|")]
+    if isinstance(value, str) and (isinstance(current, float) or "float" in members):
+        value = _number_or_same(value)  # nested YAML (`update='{eps: 1e-8}'`) reads 1e-8 as a string too
     if len(members) > 1 and all(member in _SIMPLE_TYPE_NAMES for member in members):
         return _coerce_union(value, members, key)
     if isinstance(value, list) and (isinstance(current, tuple) or str(annotation).startswith("tuple")):

@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from verl_mas.local.config import LocalTrainConfig, ModelSpec, WarmStartConfig, check_names, config_json, read_config
+from verl_mas.local.config import (
+    NUMERIC_KEYS,
+    LocalTrainConfig,
+    ModelSpec,
+    WarmStartConfig,
+    check_names,
+    config_json,
+    read_config,
+)
 from verl_mas.local.generator import SamplingConfig
 from verl_mas.local.presets import resolve_train_config
 from verl_mas.local.train import LocalRun
@@ -18,7 +26,7 @@ from verl_mas.overrides import parse_overrides
     "overrides, message",
     [
         ({"grouping": "episode"}, "grouping must be"),
-        ({"k": 0}, "k must be >= 1"),
+        ({"k": 0}, "k must be an integer >= 1, got 0"),
         ({"device": "gpu0"}, "device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"),
     ],
 )
@@ -73,3 +81,47 @@ def test_a_saved_config_reads_back_equal(tmp_path):
     config = resolve_train_config(parse_overrides(overrides))
     (tmp_path / "config.json").write_text(config_json(config))
     assert read_config(tmp_path / "config.json") == config
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("update.lr=nan", "update.lr must be a finite number > 0, got nan"),
+        ("update.lr=-1", "update.lr must be a finite number > 0, got -1.0"),
+        ("warm_start.lr=nan", "warm_start.lr must be a finite number > 0, got nan"),
+        ("alpha=nan", "alpha must be a finite number >= 0, got nan"),
+        ("alpha=inf", "alpha must be a finite number >= 0, got inf"),
+        ("update.betas=[0.9,1.5]", r"update.betas\[1\] must be a finite number in \[0, 1\), got 1.5"),
+        ("update.clip_ratio_c=1", "update.clip_ratio_c must be a finite number > 1, got 1.0"),
+        ("update.grad_clip=-1", "update.grad_clip must be a finite number > 0 or null, got -1.0"),
+        ("update.kl_coef=nan", "update.kl_coef must be a finite number >= 0, got nan"),
+        ("sampling.temperature=inf", "sampling.temperature must be a finite number > 0, got inf"),
+        ("warm_start.play_skill=nan", r"warm_start.play_skill must be in \[0, 1\], got nan"),
+        ("warm_start.tasks=0", "warm_start.tasks must be an integer >= 1, got 0"),
+        ("lora.alpha=nan", "lora.alpha must be a finite number > 0, got nan"),
+        ("seed=-1", r"seed must be an integer in \[0, 4294967295\], got -1"),
+        ("policy_lr.shared=nan", "policy_lr.shared must be a finite number > 0, got nan"),
+        ("model.heads=5", r"model.hidden \(64\) must be a multiple of model.heads \(5\)"),
+    ],
+)
+def test_every_numeric_key_is_checked_at_start_naming_the_key_and_range(override, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        resolve_train_config(parse_overrides([override]))
+
+
+def numeric_keys(config: object, prefix: str = "") -> list[str]:
+    """The dotted names of every numeric field (bool excluded) of a config and its nested configs."""
+    keys = []
+    for field in dataclasses.fields(config):
+        value, key = getattr(config, field.name), prefix + field.name
+        if dataclasses.is_dataclass(value):
+            keys += numeric_keys(value, key + ".")
+        elif any(name in str(field.type) for name in ("int", "float")) and field.type != "bool":
+            keys.append(key)
+    return keys
+
+
+def test_the_numeric_rules_cover_every_numeric_key():
+    found = numeric_keys(LocalTrainConfig())
+    assert "update.lr" in found and "sampling.role_max_new_tokens" in found and "update.betas" in found
+    assert sorted(found) == sorted(NUMERIC_KEYS)

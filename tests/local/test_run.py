@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ import torch
 from verl_mas.cli import main
 from verl_mas.env import ENVS, MultiAgentEnv, StepResult, Task, Workflow, register_env
 from verl_mas.local.config import LocalTrainConfig
+from verl_mas.local.files import RunError
 from verl_mas.local.presets import apply_train_overrides
 from verl_mas.local.train import LocalRun, train
 from verl_mas.local.warm_start import collect_expert_pairs, render_prompt
@@ -314,3 +316,24 @@ def test_policy_lr_refuses_unknown_policies_and_bad_rates(tmp_path):
     for bad in (0.0, -1e-3, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="policy_lr.red must be a finite number > 0"):
             tiny_config(tmp_path, router="per_role", policy_lr={"red": bad})
+
+
+def failing_env_factory(task: Task) -> MultiAgentEnv:
+    raise RuntimeError(f"cannot build a board for {task.uid}")
+
+
+def test_a_step_whose_every_task_failed_is_an_error_not_a_silent_step(tmp_path):
+    run = LocalRun(tiny_config(tmp_path), log=lambda _: None)
+    run.train_step(0)  # the real env plays
+    run.env_factory = failing_env_factory
+    with pytest.raises(RunError, match=r"^every one of the 2 tasks failed in the environment.*cannot build a board"):
+        run.train_step(1)
+
+
+def test_a_run_whose_every_task_fails_exits_with_an_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("verl_mas.local.train.default_env_factory", failing_env_factory)
+    args = [f"{key}={json.dumps(value)}" for key, value in dataclasses.asdict(tiny_config(tmp_path)).items()]
+    assert main(["train", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("verl-mas train: error: every one of the 2 tasks failed") and len(err.splitlines()) == 1
+    assert not (tmp_path / "metrics.jsonl").exists()

@@ -15,10 +15,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl_mas.local.files import load_tensors, read_json
 from verl_mas.local.update import PolicyTrainer
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _META_FILE = "meta.json"  # written last inside the tmp dir: a step_* dir without it is not a checkpoint
+_META_KEYS = frozenset({"step", "models", "trainers", "extra"})
 
 
 @dataclass(frozen=True)
@@ -87,16 +89,38 @@ def load_checkpoint(
     means that nothing done while loading shifts the random streams the run continues with.
     """
     path = Path(path)
-    meta = json.loads((path / _META_FILE).read_text())
+    meta = _read_meta(path / _META_FILE)
     for kind, given in (("models", models), ("trainers", trainers)):
         if sorted(given) != meta[kind]:
-            raise ValueError(f"checkpoint {path} holds {kind} {meta[kind]}, got {sorted(given)}")
+            raise ValueError(f"checkpoint {path} holds {kind} {meta[kind]}, this config builds {sorted(given)}")
+    # Read every file before filling anything in: a bad file leaves the run as it was built.
+    model_states = {name: load_tensors(path / f"model_{_safe(name)}.pt") for name in models}
+    trainer_states = {name: load_tensors(path / f"trainer_{_safe(name)}.pt") for name in trainers}
+    rng_state = load_tensors(path / "rng.pt")
     for name, model in models.items():
-        model.load_state_dict(torch.load(path / f"model_{_safe(name)}.pt", map_location="cpu", weights_only=True))
+        _fill(path / f"model_{_safe(name)}.pt", model.load_state_dict, model_states[name])
     for name, trainer in trainers.items():
-        trainer.load_state_dict(torch.load(path / f"trainer_{_safe(name)}.pt", map_location="cpu", weights_only=True))
-    _set_rng_state(torch.load(path / "rng.pt", weights_only=True))
+        _fill(path / f"trainer_{_safe(name)}.pt", trainer.load_state_dict, trainer_states[name])
+    _fill(path / "rng.pt", _set_rng_state, rng_state)
     return LoadedCheckpoint(path=path, step=int(meta["step"]), extra=meta["extra"])
+
+
+def _read_meta(file: Path) -> dict[str, Any]:
+    meta = read_json(file)
+    if not isinstance(meta, dict) or not _META_KEYS <= meta.keys():
+        raise ValueError(f"{file} is not a checkpoint's meta file (a JSON object with {sorted(_META_KEYS)})")
+    return meta
+
+
+def _fill(file: Path, restore: Callable[[Any], object], state: Any) -> None:
+    """Restore `state` read from `file`; one that does not fit what this config built is an error naming the file."""
+    try:
+        restore(state)
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:
+        details = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+        shown = "; ".join(details[:2]) or type(error).__name__
+        message = f"{file} does not fit the run this config builds (changed model or router?): {shown}"
+        raise ValueError(message) from error
 
 
 def is_checkpoint(path: str | Path) -> bool:

@@ -13,6 +13,7 @@ from typing import Any, Literal, get_args
 import torch
 
 from verl_mas.advantage import GROUPINGS, Grouping
+from verl_mas.local.files import read_json
 from verl_mas.local.generator import SamplingConfig
 from verl_mas.local.update import UpdateConfig
 from verl_mas.overrides import apply_overrides
@@ -125,6 +126,11 @@ class LocalTrainConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
+        check_numbers(self)
+        if not self.model.path and self.model.hidden % self.model.heads:
+            raise ValueError(
+                f"model.hidden ({self.model.hidden}) must be a multiple of model.heads ({self.model.heads})"
+            )
         if self.device != "auto":
             try:
                 torch.device(self.device)
@@ -134,8 +140,6 @@ class LocalTrainConfig:
             raise ValueError(f"rollout_mode must be 'tree' or 'independent', got {self.rollout_mode!r}")
         if self.resume == "":
             raise ValueError("resume must be true, false or a checkpoint path, got an empty string")
-        if self.lora.rank < 0:
-            raise ValueError(f"lora.rank must be >= 0 (0: one whole model per policy), got {self.lora.rank}")
         if self.grouping not in GROUPINGS:
             raise ValueError(f"grouping must be one of {GROUPINGS}, got {self.grouping!r}")
         if self.update.temperature != self.sampling.temperature:
@@ -143,14 +147,126 @@ class LocalTrainConfig:
                 f"update.temperature ({self.update.temperature}) must equal sampling.temperature "
                 f"({self.sampling.temperature}): training must score the distribution that was sampled"
             )
-        for key in ("k", "tasks_per_step", "eval_tasks", "eval_every"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
-        for policy, lr in self.policy_lr.items():
-            if not 0.0 < lr < math.inf:
-                raise ValueError(f"policy_lr.{policy} must be a finite number > 0, got {lr}")
-        if self.steps < 0 or self.checkpoint_every < 0 or self.eval_samples < 0:
-            raise ValueError("steps, checkpoint_every and eval_samples must be >= 0")
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric key allows: [low, high] (an open end excludes it), whole numbers when `integer`."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    integer: bool = False
+    low_open: bool = False
+    high_open: bool = False
+    optional: bool = False  # None is allowed too
+
+    def check(self, key: str, value: Any) -> None:
+        if value is None and self.optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{key} must be {self.describe()}, got {value!r}")
+        if self.integer and not isinstance(value, int):
+            raise ValueError(f"{key} must be {self.describe()}, got {value!r}")
+        below = value <= self.low if self.low_open else value < self.low
+        above = value >= self.high if self.high_open else value > self.high
+        if math.isnan(value) or math.isinf(value) or below or above:
+            raise ValueError(f"{key} must be {self.describe()}, got {value!r}")
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a finite number"
+        if self.low > -math.inf and self.high < math.inf:
+            opening, closing = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            bounds = f" in {opening}{_number(self.low)}, {_number(self.high)}{closing}"
+        elif self.low > -math.inf:
+            bounds = f" {'>' if self.low_open else '>='} {_number(self.low)}"
+        else:
+            bounds = ""
+        return kind + bounds + (" or null" if self.optional else "")
+
+
+def _number(bound: float) -> str:
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+COUNT = Range(1, integer=True)
+COUNT_OR_ZERO = Range(0, integer=True)
+OPTIONAL_COUNT = Range(1, integer=True, optional=True)
+RATE = Range(0, low_open=True)  # learning rates, temperatures, epsilons
+WEIGHT = Range(0)  # coefficients that 0 switches off
+PROBABILITY = Range(0, 1)
+SEED = Range(0, 2**32 - 1, integer=True)  # numpy's seed range
+
+# Every numeric key of LocalTrainConfig, by its dotted name (a tuple's or mapping's rule holds for each item).
+# NaN and infinities are refused everywhere: they surface, if at all, far from the key that caused them.
+NUMERIC_KEYS: dict[str, Range] = {
+    "k": COUNT,
+    "alpha": WEIGHT,
+    "tasks_per_step": COUNT,
+    "steps": COUNT_OR_ZERO,
+    "eval_tasks": COUNT,
+    "eval_every": COUNT,
+    "eval_samples": COUNT_OR_ZERO,
+    "seed": SEED,
+    "checkpoint_every": COUNT_OR_ZERO,
+    "model.hidden": COUNT,
+    "model.layers": COUNT,
+    "model.heads": COUNT,
+    "model.vocab_size": COUNT,
+    "model.max_positions": COUNT,
+    "warm_start.tasks": COUNT,
+    "warm_start.epochs": COUNT_OR_ZERO,
+    "warm_start.lr": RATE,
+    "warm_start.batch_size": COUNT,
+    "warm_start.play_skill": PROBABILITY,
+    "sampling.temperature": RATE,
+    "sampling.top_p": Range(0, 1, low_open=True),
+    "sampling.top_k": COUNT_OR_ZERO,
+    "sampling.max_new_tokens": COUNT,
+    "sampling.role_max_new_tokens": COUNT,
+    "update.lr": RATE,
+    "update.weight_decay": WEIGHT,
+    "update.betas": Range(0, 1, high_open=True),
+    "update.eps": RATE,
+    "update.grad_clip": Range(0, low_open=True, optional=True),
+    "update.clip_ratio": RATE,
+    "update.clip_ratio_low": Range(0, optional=True),
+    "update.clip_ratio_high": Range(0, optional=True),
+    "update.clip_ratio_c": Range(1, low_open=True),  # verl's dual clip requires c > 1
+    "update.ppo_epochs": COUNT,
+    "update.mini_batch_size": OPTIONAL_COUNT,
+    "update.micro_batch_size": OPTIONAL_COUNT,
+    "update.kl_coef": WEIGHT,
+    "update.entropy_coeff": WEIGHT,
+    "update.temperature": RATE,
+    "update.shuffle_seed": Range(0, 2**63 - 1, integer=True),
+    "policy_lr": RATE,
+    "lora.rank": COUNT_OR_ZERO,
+    "lora.alpha": RATE,
+}
+
+
+def check_numbers(config: LocalTrainConfig) -> None:
+    """Every numeric key within its range, at construction: before any model is built or file written.
+
+    Raises:
+        ValueError: naming the key (with the item, for tuples and mappings), the allowed range and the value.
+    """
+    for key, allowed in NUMERIC_KEYS.items():
+        value = _dotted(config, key)
+        if isinstance(value, Mapping):
+            for name, item in value.items():
+                allowed.check(f"{key}.{name}", item)
+        elif isinstance(value, tuple):
+            for index, item in enumerate(value):
+                allowed.check(f"{key}[{index}]", item)
+        else:
+            allowed.check(key, value)
+
+
+def _dotted(config: Any, key: str) -> Any:
+    for part in key.split("."):
+        config = getattr(config, part)
+    return config
 
 
 def check_names(config: LocalTrainConfig, roles: Sequence[str], policies: Sequence[str]) -> None:
@@ -178,5 +294,10 @@ def config_json(config: LocalTrainConfig) -> str:
 
 def read_config(path: Path) -> LocalTrainConfig:
     """The config a run saved as JSON (environment options replace the defaults' instead of merging into them)."""
-    saved = json.loads(Path(path).read_text())
-    return apply_overrides(dataclasses.replace(LocalTrainConfig(), env_options={}), saved)
+    saved = read_json(Path(path))
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} holds no config (a JSON object), but {type(saved).__name__}")
+    try:
+        return apply_overrides(dataclasses.replace(LocalTrainConfig(), env_options={}), saved)
+    except ValueError as error:
+        raise ValueError(f"{path}: {error}") from error

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from verl_mas.local.config import LocalTrainConfig
+from verl_mas.local.config import COUNT, LocalTrainConfig, Range
+from verl_mas.local.files import check_writable_file, write_text_atomic
 from verl_mas.local.generator import BatchingGenerator
 from verl_mas.local.train import LocalRun, make_tasks
 from verl_mas.metrics import role_turn_stats, rollout_metrics
@@ -28,10 +29,8 @@ class EvalConfig:
     json: str = ""  # where the report goes; empty: eval.json in the checkpoint (or in output_dir)
 
     def __post_init__(self) -> None:
-        if self.samples < 1:
-            raise ValueError(f"samples must be >= 1, got {self.samples}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
+        COUNT.check("samples", self.samples)
+        Range(0).check("temperature (0: greedy)", self.temperature)
 
 
 @dataclass
@@ -56,6 +55,8 @@ def evaluate(
     log: Callable[[str], None] = print,
 ) -> EvalReport:
     """Evaluate `config.eval_tasks` tasks with `eval_config.samples` independent episodes each; write the JSON."""
+    path = Path(eval_config.json) if eval_config.json else (checkpoint or Path(config.output_dir)) / EVAL_FILE
+    check_writable_file(path, "json")  # before evaluating: a report that cannot be written wastes the whole run
     run = LocalRun(config, log, checkpoint)
     step = run.load(checkpoint)[0] if checkpoint is not None else 0
     greedy = eval_config.temperature == 0
@@ -77,9 +78,8 @@ def evaluate(
         role_turns=[{"role": role, "turn": turn, **stats} for (role, turn), stats in role_turn_stats(results).items()],
         metrics=rollout_metrics(results, prefix="eval"),
     )
-    path = Path(eval_config.json) if eval_config.json else (checkpoint or run.out) / EVAL_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(dataclasses.asdict(report), indent=2))
+    write_text_atomic(path, json.dumps(dataclasses.asdict(report), indent=2))
     log(format_report(report))
     log(f"report written to {path}")
     return report

@@ -21,6 +21,7 @@ from verl_mas.dataset import split_tasks
 from verl_mas.env import Task, make_env
 from verl_mas.local.checkpoint import is_checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, RolloutMode, check_names, config_json
+from verl_mas.local.files import RunError, check_writable_dir, load_tensors, read_json, write_text_atomic
 from verl_mas.local.generator import BatchingGenerator
 from verl_mas.local.policies import build_policies, resolve_device
 from verl_mas.local.reporting import MetricsSink, plot_learning_curve
@@ -101,7 +102,6 @@ class LocalRun:
         self.log = log
         self.out = Path(config.output_dir)
         self.device = resolve_device(config.device)
-        self.out.mkdir(parents=True, exist_ok=True)
         random.seed(config.seed)
         np.random.seed(config.seed)
         torch.manual_seed(config.seed)
@@ -114,7 +114,7 @@ class LocalRun:
         from_scratch = checkpoint is None and not config.model.path
         pairs = collect_expert_pairs(config, self.router) if from_scratch else []
         if checkpoint is not None:
-            self.tokenizer = load_tokenizer(checkpoint / TOKENIZER_DIR)
+            self.tokenizer = checkpoint_tokenizer(checkpoint)
         elif config.model.path:
             self.tokenizer = load_tokenizer(config.model.path)
         else:
@@ -136,7 +136,9 @@ class LocalRun:
         """The tree rollout, or K independent episodes per task (the no-tree ablation, and sampled evaluation)."""
         rollout = rollout_tasks if mode == "tree" else rollout_independent
         rollout_config = RolloutConfig(k=k, alpha=self.config.alpha)
-        return asyncio.run(rollout(tasks, generator, self.router, rollout_config, self.env_factory))
+        results = asyncio.run(rollout(tasks, generator, self.router, rollout_config, self.env_factory))
+        require_some_played(results)
+        return results
 
     def evaluate(self) -> tuple[float, dict[str, float]]:
         """Success on the evaluation split: K = 1, greedy, independent rollouts; with `eval_samples`, also
@@ -205,11 +207,40 @@ class LocalRun:
 
     def load(self, path: Path) -> tuple[int, list[dict[str, float]]]:
         """Restore a checkpoint written by `save`; returns its step and the metrics history up to it."""
+        generators = load_tensors(path / GENERATORS_FILE)
         loaded = load_checkpoint(path, self.models, self.trainers)
-        generators = torch.load(path / GENERATORS_FILE, weights_only=True)
         self.sampler.set_rng_state(generators["sampler"])
         self.evaluator.set_rng_state(generators["evaluator"])
         return loaded.step, loaded.extra["history"]
+
+
+def checkpoint_tokenizer(checkpoint: Path):
+    """The tokenizer saved in a checkpoint; a missing or broken one is an error naming its folder."""
+    folder = checkpoint / TOKENIZER_DIR
+    if not folder.is_dir():
+        raise ValueError(f"checkpoint {checkpoint} has no {TOKENIZER_DIR}/ folder")
+    try:
+        return load_tokenizer(folder)
+    except (OSError, ValueError, TypeError, KeyError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"the tokenizer in {folder} cannot be loaded: {first}") from error
+
+
+def saved_config(checkpoint: Path) -> dict:
+    """The config a checkpoint was trained with, as its JSON object (read before anything is built)."""
+    saved = read_json(checkpoint / CONFIG_FILE)
+    if not isinstance(saved, dict):
+        raise ValueError(f"{checkpoint / CONFIG_FILE} holds no config (a JSON object), but {type(saved).__name__}")
+    return saved
+
+
+def require_some_played(results: list[EpisodeResult]) -> None:
+    """A batch whose every task the environment abandoned trains and measures nothing: stop instead of going on."""
+    if results and all(result.error for result in results):
+        raise RunError(
+            f"every one of the {len(results)} tasks failed in the environment, so there is nothing to train or "
+            f"evaluate on; the first error: {results[0].error}"
+        )
 
 
 def find_checkpoint(path: str | Path) -> Path:
@@ -239,17 +270,21 @@ def resume_checkpoint(config: LocalTrainConfig, log: Callable[[str], None]) -> P
 def train(config: LocalTrainConfig, log: Callable[[str], None] = print) -> TrainSummary:
     """Warm start (or resume), evaluate, run AT-GRPO steps up to `config.steps` (evaluating every `eval_every`,
     checkpointing every `checkpoint_every` and at the end), and evaluate again."""
+    check_writable_dir(Path(config.output_dir), "output_dir")
     checkpoint = resume_checkpoint(config, log)
+    saved = saved_config(checkpoint) if checkpoint is not None else None
     run = LocalRun(config, log, checkpoint)
-    (run.out / CONFIG_FILE).write_text(config_json(config))
-    if checkpoint is None:
+    if checkpoint is not None:
+        start, history = run.load(checkpoint)
+    # Only now is the run known to start: a failed resume leaves the run's folder as it was.
+    run.out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(run.out / CONFIG_FILE, config_json(config))
+    if saved is None:
         before, before_metrics = run.evaluate()
         log(f"eval success before RL: {before:.3f}")
         start, history = 0, [{"step": 0} | before_metrics]
     else:
-        start, history = run.load(checkpoint)
         log(f"resumed from {checkpoint} at step {start}")
-        saved = json.loads((checkpoint / CONFIG_FILE).read_text())
         current = json.loads(config_json(config))
         changed = [k for k, v in current.items() if k not in RESUME_FREE_KEYS and saved.get(k) != v]
         if changed:

@@ -52,15 +52,15 @@ class UpdateConfig:
 
     def __post_init__(self) -> None:
         if self.ppo_epochs < 1:
-            raise ValueError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
+            raise ValueError(f"update.ppo_epochs must be >= 1, got {self.ppo_epochs}")
         for name in ("mini_batch_size", "micro_batch_size"):
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+                raise ValueError(f"update.{name} must be >= 1 or None, got {value}")
         if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+            raise ValueError(f"update.temperature must be > 0, got {self.temperature}")
         if not 0.0 <= self.entropy_coeff < math.inf:
-            raise ValueError(f"entropy_coeff must be a finite number >= 0, got {self.entropy_coeff}")
+            raise ValueError(f"update.entropy_coeff must be a finite number >= 0, got {self.entropy_coeff}")
 
     def actor_config(self) -> ActorConfig:
         """The verl ActorConfig its policy-loss functions read (clip ratios, loss_agg_mode, global_batch_info).
