@@ -75,6 +75,8 @@ def test_final_answer(reply: str, answer: str | None) -> None:
         ("12345", "12\\,345", True),
         ("1234567", "1\\,234\\,567", True),
         ("1234567", "1{,}234{,}567", True),
+        ("12345.5", "12,345.5", True),
+        ("\\{1, 234.5\\}", "\\{234.5, 1\\}", True),  # a comma and a space: a list, not thousands
         ("5", "5.", True),
         ("x^2", "x**2", True),
         # LaTeX forms
@@ -147,22 +149,27 @@ def test_normalise_rewrites_decimals_as_exact_fractions() -> None:
 
 @pytest.fixture(scope="module")
 def tight_pool():
-    """A pool whose deadline (0.5 s per call) is shorter than math-verify's own timeouts (2 s): overruns are killed."""
+    """A pool for calls with a deadline (0.5 s) shorter than math-verify's own timeouts (2 s): overruns are killed."""
     pool = GradingPool(PoolSettings(workers=1, verify_timeout_s=2))
     yield pool
     pool.close()
 
 
-def test_a_power_tower_grades_wrong_within_the_deadline_and_the_pool_recovers(tight_pool: GradingPool) -> None:
-    started = time.monotonic()
-    grade = grade_response("5", f"\\boxed{{{TOWER}}}", deadline_s=0.5, pool=tight_pool)
-    assert (grade.correct, grade.reason) == (False, "timeout")
-    assert time.monotonic() - started < 1.5  # the deadline plus the kill, never math-verify's 2 s or more
-    assert tight_pool.killed == 1 and tight_pool.workers == 0
-    again = time.monotonic()
-    assert grade_answer("5", TOWER, deadline_s=0.5, pool=tight_pool).reason == "timeout"  # cached: same verdict
-    assert time.monotonic() - again < 0.1 and tight_pool.killed == 1
-    assert grade_answer("\\frac{1}{2}", "\\frac{2}{4}", deadline_s=5.0, pool=tight_pool).correct  # a new worker
+def test_a_power_tower_grades_wrong_within_the_deadline_and_the_pool_recovers() -> None:
+    pool = GradingPool(PoolSettings(workers=1, verify_timeout_s=2))  # math-verify's own timeouts: 2 s
+    try:
+        started = time.monotonic()
+        grade = grade_response("5", f"\\boxed{{{TOWER}}}", deadline_s=0.5, pool=pool)
+        assert (grade.correct, grade.reason) == (False, "timeout")
+        assert time.monotonic() - started < 0.5 + 1.5  # the deadline and the kill, never math-verify's 2 s or more
+        assert pool.killed == 1 and pool.workers == 0
+        again = time.monotonic()
+        assert grade_answer("5", TOWER, deadline_s=0.5, pool=pool).reason == "timeout"  # cached: the same verdict
+        assert time.monotonic() - again < 0.1 and pool.killed == 1
+        assert grade_answer("\\frac{1}{2}", "\\frac{2}{4}", deadline_s=5.0, pool=pool).correct  # a new worker
+        assert pool.workers == 1
+    finally:
+        pool.close()
 
 
 def test_grading_works_off_the_main_thread() -> None:

@@ -7,7 +7,7 @@ thin-space thousands (`12\\,345`) and a trailing period (`5.`). So here:
 
 - the answer is the content of the last `\\boxed{...}` (braces balanced, `\\{` and `\\}` skipped) of the reply's
   answer part (`verl_mas.env.replies.answer_part`): no box, an unclosed last box or an empty one is no answer;
-- both sides are normalised: `$...$` and a trailing period dropped, thin-space thousands joined, Python's `**`
+- both sides are normalised: `$...$` and a trailing period dropped, thousands separators joined, Python's `**`
   read as `^`, and every decimal (repeating, finite, with an exponent) rewritten as the exact fraction it is, so
   math-verify compares exact rationals and a rounded decimal equals only itself;
 - two rules are applied before math-verify: units, when both sides give one, must be the same; a set never equals
@@ -39,6 +39,8 @@ _BOX = "\\boxed"
 _DELIMITERS = ((r"$$", r"$$"), ("$", "$"), (r"\(", r"\)"), (r"\[", r"\]"))
 _TRAILING_PERIOD = re.compile(r"\s*\.\s*$")
 _THOUSANDS_SPACE = re.compile(r"(?<=\d)(?:\\,|\\;|\\:|\\ |~|\{,\})(?=\d{3}(?!\d))")
+# comma thousands before a decimal part (12,345.5), read as math-verify reads them, before decimals become fractions
+_THOUSANDS_COMMA = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?=\.\d)")
 _REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
 _DECIMAL = re.compile(r"(?<![\d.])(?:(\d*)\.(\d+)|(\d+))(?:[eE]([-+]?\d{1,3}))?(?![\d.])")
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)")
@@ -147,7 +149,7 @@ def _compare(gold: str, answer: str, deadline_s: float, pool: GradingPool | None
 
 
 def _surface(text: str) -> str:
-    """Delimiters and a trailing period dropped, thin-space thousands joined, `**` read as `^`."""
+    """Delimiters and a trailing period dropped, thousands separators joined, `**` read as `^`."""
     text = text.strip()
     for opening, closing in _DELIMITERS:
         if len(text) >= len(opening) + len(closing) and text.startswith(opening) and text.endswith(closing):
@@ -155,6 +157,7 @@ def _surface(text: str) -> str:
             break
     text = _TRAILING_PERIOD.sub("", text)
     text = _THOUSANDS_SPACE.sub("", text)
+    text = _THOUSANDS_COMMA.sub(lambda match: match.group().replace(",", ""), text)
     return text.replace("**", "^")
 
 

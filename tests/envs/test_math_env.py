@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import reasoning_gym
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from verl_mas.dataset import row_task
 from verl_mas.env import CheckSettings, Task, check_env, split_of
@@ -190,6 +192,31 @@ def test_programs_cannot_see_the_gold_answer() -> None:
     program = "import os, sys\nprint(repr(sys.stdin.read()), sorted(os.environ), os.listdir('.'))"
     result = started().step("tool", code(program))
     assert result.info["answer"] == "'' ['HOME', 'LANG', 'PATH'] ['main.py']" and result.local_reward == 0.0
+
+
+PIECES = [
+    "\\boxed{", "\\boxed", "{", "}", "\\{", "\\}", "\\\\", "3", "10", ".", "\\overline{", "\\frac{", "^{", "2^{2^{",
+    "\\,", ",", " cm", "(", "]", "<think>", "</think>", "```python\n", "```", "print(", ")", "'", "\n", "\ud800", "İ",
+    "\x00", "🙂", "\\text{", "e5", "-",
+]  # fmt: skip
+replies = st.tuples(st.lists(st.sampled_from(PIECES), min_size=1, max_size=25), st.integers(1, 2_000)).map(
+    lambda drawn: "".join(drawn[0]) * drawn[1]
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(reply=replies)
+def test_any_reply_is_a_scored_move(reply: str) -> None:
+    env = started(grade_time_limit_s=1.0, code_time_limit_s=1.0)
+    for role in env.roles:
+        branch = env.clone()
+        began = time.thread_time()
+        result = branch.step(role, reply)
+        assert time.thread_time() - began < 1.0  # CPU of this thread: programs and grading run in other processes
+        assert -1.0 <= result.local_reward <= 1.0 and result.team_reward in (0.0, 1.0)
+        for seen in env.roles:
+            for message in branch.observe(seen):
+                message["content"].encode()
 
 
 def test_tasks_are_deterministic_and_splits_disjoint() -> None:
