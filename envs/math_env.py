@@ -345,12 +345,11 @@ def problem_rows(
     answer in `extra_info.options`: a worker rebuilds the task from the row alone, and every problem is used once."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    env = MathEnv(**(options or {}))
     rows = []
     for index, problem in enumerate(problems):
         row_options = {**(options or {}), "problem": problem.problem, "answer": problem.answer}
-        env.reset(Task(uid=f"{data_source('math')}/{split}/{index}", env="math", seed=index, split=split,
-                       options=row_options))  # fmt: skip
+        env = MathEnv(**row_options)  # built as a worker builds it from the row: cheap with the problem inline
+        env.reset(Task(uid=f"{data_source('math')}/{split}/{index}", env="math", seed=index, split=split))
         rows.append(
             {
                 "prompt": env.observe(env.roles[0]),
