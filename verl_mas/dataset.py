@@ -112,7 +112,7 @@ def read_tasks(path: str | Path) -> list[Task]:
     row number (0-based) and the bad key, and options are checked by constructing the environment once.
     """
     path = Path(path)
-    rows = _load_rows(path)
+    rows = load_rows(path)
     tasks = []
     checked_options: set[tuple[str, str]] = set()
     for number, row in enumerate(rows):
@@ -128,7 +128,8 @@ def read_tasks(path: str | Path) -> list[Task]:
     return tasks
 
 
-def _load_rows(path: Path) -> list[Any]:
+def load_rows(path: Path) -> list[Any]:
+    """The raw rows of a parquet or jsonl file; a missing file, bad JSON line or unknown format names the file."""
     if not path.is_file():
         raise ValueError(f"{path}: no such dataset file")
     if path.suffix == ".parquet":

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from verl_mas.dataset import _load_rows
+from verl_mas.dataset import load_rows
 
 Form = Literal["auto", "problem_answer", "aime", "olympiadbench", "prompt_ground_truth"]
 FORMS: tuple[Form, ...] = ("auto", "problem_answer", "aime", "olympiadbench", "prompt_ground_truth")
@@ -49,7 +49,7 @@ def load_problems(path: str | Path, form: Form = "auto") -> tuple[MathProblem, .
     """Every problem of a parquet or jsonl file in `form`."""
     if form not in FORMS:
         raise ValueError(f"unknown math data form {form!r}; forms are {FORMS}")
-    rows = _load_rows(Path(path))
+    rows = load_rows(Path(path))
     if not rows:
         raise ValueError(f"{path}: no rows")
     if form == "auto":
