@@ -173,11 +173,11 @@ async def rollout_task(
         workflow = _guard(state.workflow, task, "workflow")
         max_turns = min(workflow.max_turns, config.max_turns or workflow.max_turns)
         for turn in range(max_turns):
-            if _guard(lambda: state.done, task, "done"):
+            if _guard(lambda state=state: state.done, task, "done"):
                 break
             if workflow.mode == "sequential":
                 for role in workflow.roles:
-                    if _guard(lambda: state.done, task, "done"):
+                    if _guard(lambda state=state: state.done, task, "done"):
                         break
                     step = _tree_step(state, task, (role,), turn, generate, router, config, result, order, blocking)
                     state = (await step)[role][0]

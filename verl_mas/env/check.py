@@ -125,9 +125,7 @@ def reasoning_replies(move: str) -> tuple[tuple[str, str, bool], ...]:
     )
 
 
-def check_env(
-    env_cls: type[MultiAgentEnv], settings: CheckSettings | None = None, /, **options: Any
-) -> CheckReport:
+def check_env(env_cls: type[MultiAgentEnv], settings: CheckSettings | None = None, /, **options: Any) -> CheckReport:
     """Check `env_cls` built with `options` against every rule of `RULES`; raise `EnvCheckError` at the first
     broken one. Returns what was checked."""
     return _Checker(env_cls, options, settings or CheckSettings()).run()
@@ -328,8 +326,10 @@ def _check_step_result(result: object, what: str) -> None:
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise EnvCheckError("step_result", f"{what} gave {field}={value!r}")
     if not (isinstance(result.done, bool) and isinstance(result.valid, bool) and isinstance(result.info, dict)):
-        raise EnvCheckError("step_result", f"{what} gave done={result.done!r}, valid={result.valid!r}, info of type "
-                            f"{type(result.info).__name__}")
+        raise EnvCheckError(
+            "step_result",
+            f"{what} gave done={result.done!r}, valid={result.valid!r}, info of type {type(result.info).__name__}",
+        )
 
 
 def _outcome(result: StepResult) -> tuple[float, float, bool, bool]:

@@ -118,9 +118,7 @@ def expert_moves_cut(tokenizer, pairs: list[ExpertPair], sampling: SamplingConfi
     ]
 
 
-def warn_of_cut_moves(
-    tokenizer, pairs: list[ExpertPair], sampling: SamplingConfig, log: Callable[[str], None]
-) -> None:
+def warn_of_cut_moves(tokenizer, pairs: list[ExpertPair], sampling: SamplingConfig, log: Callable[[str], None]) -> None:
     """Log each sampling limit that expert moves exceed: the warm start teaches whole moves, and a sampler that stops
     short turns each such move into a cut reply."""
     for cut in expert_moves_cut(tokenizer, pairs, sampling):
@@ -176,4 +174,3 @@ def warm_start_lr(config: WarmStartConfig, batch_index: int, total_batches: int)
     if config.lr_schedule == "constant":
         return config.lr
     return config.lr * 0.5 * (1.0 + math.cos(math.pi * batch_index / total_batches))
-
