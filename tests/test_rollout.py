@@ -296,3 +296,16 @@ def test_with_expert_moves_requests_arrive_in_rollout_order_whatever_thread_fini
     assert len(on_the_loop) == 8 * 3  # the expert adds 3 a move: a and b in turn 0, a in turn 1 reaches 9
     for _ in range(3):
         assert arrivals(blocking=True) == on_the_loop
+
+
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), -float("inf"), -0.5, "1", True])
+def test_rollout_config_refuses_an_alpha_that_is_not_a_finite_number_at_least_zero(alpha):
+    with pytest.raises(ValueError, match=r"^rollout\.alpha must be a finite number >= 0"):
+        RolloutConfig(alpha=alpha)
+
+
+def test_demo_with_a_nan_alpha_fails_before_any_rollout():
+    from verl_mas.demo import DemoConfig, run_demo
+
+    with pytest.raises(ValueError, match=r"rollout\.alpha must be a finite number >= 0, got nan"):
+        run_demo(DemoConfig(alpha=float("nan")))

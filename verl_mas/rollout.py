@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -78,6 +79,9 @@ class RolloutConfig:
             raise ValueError(f"rollout.max_turns must be >= 1 or None, got {self.max_turns}")
         if self.select not in ("reward", "team_reward"):
             raise ValueError(f"rollout.select must be 'reward' or 'team_reward', got {self.select!r}")
+        alpha = self.alpha
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not math.isfinite(alpha) or alpha < 0:
+            raise ValueError(f"rollout.alpha must be a finite number >= 0, got {alpha!r}")
 
 
 @dataclass

@@ -120,8 +120,8 @@ def test_direct_construction_is_validated_too():
         MasConfig(env="sudoku", grouping="role")
     with pytest.raises(MasConfigError, match=r"^mas\.router: unknown role\(s\) \['judge'\]"):
         MasConfig(env="sudoku", router={"tool": "a", "plan": "a", "judge": "a"})
-    with pytest.raises(MasConfigError, match=r"^mas\.rollout\.alpha must be a finite number >= 0, got -1"):
-        MasConfig(env="sudoku", rollout=RolloutConfig(alpha=-1))
+    with pytest.raises(ValueError, match=r"^rollout\.alpha must be a finite number >= 0, got -1"):
+        MasConfig(env="sudoku", rollout=RolloutConfig(alpha=-1))  # the rollout's own check, before MasConfig's
 
 
 @pytest.mark.parametrize(

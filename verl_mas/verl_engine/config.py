@@ -4,7 +4,6 @@ the AT-GRPO trainer refuses in verl's own config."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,9 +71,6 @@ class MasConfig:
     def __post_init__(self) -> None:
         if self.grouping not in GROUPINGS:
             raise MasConfigError(f"mas.grouping: unknown grouping {self.grouping!r}; use one of {list(GROUPINGS)}")
-        alpha = self.rollout.alpha
-        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not math.isfinite(alpha) or alpha < 0:
-            raise MasConfigError(f"mas.rollout.alpha must be a finite number >= 0, got {alpha!r}")
         if self.rollout.with_expert:
             raise MasConfigError(
                 "mas.rollout.with_expert must be false: expert moves feed scripted policies, not model generation"
