@@ -318,20 +318,23 @@ def test_options_reach_the_constructor() -> None:
 
 
 BUILT_IN = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
-MODES = {
+TOOL_PLAN_MODES = {
     "compact": {"tool_mode": "compact"},
     "code": {"tool_mode": "code"},
     "single_agent": {"tool_mode": "compact", "single_agent": True},
     "brief_prompts": {"tool_mode": "compact", "brief_prompts": True, "max_turns": 3},
 }
+MATH_MODES = {"default": {}, "single_agent": {"single_agent": True}, "brief_prompts": {"brief_prompts": True}}
+MODES = {name: MATH_MODES if name == "math" else TOOL_PLAN_MODES for name in BUILT_IN}
 
 
 def test_the_built_in_environments_are_registered() -> None:
-    assert BUILT_IN == ["plan_path", "sokoban", "sudoku"]
+    assert BUILT_IN == ["math", "plan_path", "sokoban", "sudoku"]
 
 
-@pytest.mark.parametrize("mode", sorted(MODES))
-@pytest.mark.parametrize("name", BUILT_IN)
+@pytest.mark.parametrize(
+    "name, mode", [(name, mode) for name in BUILT_IN for mode in sorted(MODES[name])], ids="-".join
+)
 def test_every_registered_environment_passes_in_every_mode(name: str, mode: str) -> None:
-    report = check_env(get_env_class(name), **MODES[mode])
+    report = check_env(get_env_class(name), **MODES[name][mode])
     assert report.checked == tuple(RULES) and not report.skipped

