@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -203,3 +204,22 @@ async def test_verl_worker_postprocess_stores_one_row_per_sample(tokenizer, tran
     last_token = torch.nn.functional.one_hot(lengths - 1, int(lengths.max())).bool()
     assert torch.all(restored[~last_token] == 0)
     assert list(fields["uid"]) == ["u5"] * 6
+
+
+async def test_fake_servers_answer_as_verls_vllm_server_does(tokenizer):
+    """The fakes keep the contract of verl's vLLM server for a finished generation (which the CPU-stack tests run for
+    real): a TokenOutput with token ids, one log-prob per token, a stop reason, and the server's weight version in
+    extra_fields["global_steps"] (the agent-loop worker turns it into the rows' min/max_global_steps tags)."""
+    import verl
+
+    source = (Path(verl.__file__).parent / "workers/rollout/vllm_rollout/vllm_async_server.py").read_text()
+    finished = source[source.index("return TokenOutput(\n            token_ids=token_ids,") :].split(")", 1)[0]
+    assert {"token_ids=token_ids", "log_probs=log_probs", "stop_reason=stop_reason"} <= {
+        part.strip().rstrip(",") for part in finished.splitlines()[1:]
+    }
+    assert 'extra_fields = {"global_steps": self.global_steps}' in source
+    prompt = tokenizer.encode("role=a value=0", add_special_tokens=False)
+    for server in (TinyModelServer(tokenizer), ScriptedServer(tokenizer, cycle("1"))):
+        output = await server.generate("r", prompt_ids=prompt, sampling_params={"temperature": 1.0})
+        assert output.token_ids and len(output.log_probs) == len(output.token_ids)
+        assert output.extra_fields["global_steps"] == WEIGHT_VERSION
