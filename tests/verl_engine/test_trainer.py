@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
+from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
@@ -17,6 +18,7 @@ from verl_mas.verl_engine.batch import (
     reward_scores,
     sample_metrics,
     split_by_policy,
+    update_audit_record,
 )
 from verl_mas.verl_engine.config import MasConfig
 from verl_mas.verl_engine.trainer import AtGrpoTrainer
@@ -175,3 +177,29 @@ def test_trainer_advantage_step_writes_restored_rewards_and_advantages(transfer_
         assert "advantages" in fetched.keys()
         tags = [fields["policy"] for fields in fetched["extra_fields"]]
         assert set(tags) == {policy}
+
+
+def test_update_audit_reads_each_rows_advantage_and_logprob_gap_on_its_response_tokens():
+    def nested(rows):
+        return torch.nested.as_nested_tensor([torch.tensor(r, dtype=torch.float32) for r in rows], layout=torch.jagged)
+
+    extra = [{"task_uid": "T", "role": "a", "turn": 0, "policy": "p", "mixed_reward": r} for r in (1.0, 0.0, 2.0)]
+    tags = SampleTags.from_rows(extra, [False, False, True])
+    data = TensorDict(
+        {
+            "response_mask": nested([[1, 1, 0], [0, 0], [1]]),
+            "advantages": nested([[0.5, 0.5, 9.0], [7.0, 7.0], [0.0]]),
+            "rollout_log_probs": nested([[-1.0, -2.0, -5.0], [-1.0, -1.0], [-1.0]]),
+            "old_log_probs": nested([[-1.25, -1.5, 0.0], [0.0, 0.0], [-1.0]]),
+        },
+        batch_size=3,
+    )
+    record = update_audit_record(4, "p", ["response_mask", "advantages"], data, tags)
+    assert record["step"] == 4 and record["policy"] == "p" and record["fields"] == ["advantages", "response_mask"]
+    first, empty, padding = record["rows"]
+    # the masked third token (advantage 9, gap 5) is not the response's
+    assert (first["advantage"], first["advantage_spread"], first["logprob_gap"]) == (0.5, 0.0, 0.5)
+    assert (empty["advantage"], empty["advantage_spread"], empty["logprob_gap"]) == (None, None, None)
+    assert padding["padding"] and padding["reward"] == 0.0
+    without = update_audit_record(4, "p", ["response_mask"], data.exclude("advantages"), tags)
+    assert without["rows"][0]["advantage"] is None and without["rows"][0]["logprob_gap"] == 0.5

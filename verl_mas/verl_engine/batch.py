@@ -68,10 +68,10 @@ class SampleTags:
 
 def batch_tags(extra_fields: Any, kv_tags: Sequence[Mapping[str, Any]]) -> SampleTags:
     """The sample tags of a batch fetched from TransferQueue: its `extra_fields` column and its keys' tags."""
-    return SampleTags.from_rows(rows_of(extra_fields), [tag.get("is_padding", False) for tag in kv_tags])
+    return SampleTags.from_rows(_rows_of(extra_fields), [tag.get("is_padding", False) for tag in kv_tags])
 
 
-def rows_of(column: Any) -> list:
+def _rows_of(column: Any) -> list:
     """A non-tensor column from TransferQueue as a list (a NonTensorStack, or the list tensordict returns)."""
     return list(column.tolist() if hasattr(column, "tolist") else column)
 
@@ -173,14 +173,16 @@ def update_audit_record(step: int, policy: str, fields: Sequence[str], data: Ten
             "advantage_spread": None,
             "logprob_gap": None,
         }
+        rows.append(row)
         tokens = masks[i].bool() if masks is not None else None
-        if advantages is not None and tokens is not None and tokens.any():
+        if tokens is None or not tokens.any():
+            continue
+        if advantages is not None:
             values = advantages[i][tokens].double()
             row["advantage"] = float(values.mean())
             row["advantage_spread"] = float(values.max() - values.min())
-        if sampler is not None and actor is not None and tokens is not None and tokens.any():
+        if sampler is not None and actor is not None:
             row["logprob_gap"] = float((sampler[i][tokens].double() - actor[i][tokens].double()).abs().max())
-        rows.append(row)
     return {"step": step, "policy": policy, "fields": sorted(fields), "rows": rows}
 
 
@@ -207,7 +209,9 @@ def append_update_audit(path: str, step: int, policy: str, part: KVBatchMeta) ->
     """Append what `policy`'s update is about to receive to the JSONL at `path`, fetched as verl's worker fetches it
     (only the fields the batch's metadata lists)."""
     fields = list(part.fields or [])
-    data = tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=fields + ["extra_fields"])
+    # the tags come along even when the update's own field list leaves them out
+    tagged = fields if "extra_fields" in fields else [*fields, "extra_fields"]
+    data = tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=tagged)
     record = update_audit_record(step, policy, fields, data, batch_tags(data["extra_fields"], part.tags))
     path = os.path.expanduser(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
