@@ -90,6 +90,16 @@ def test_parallel_roles_score_against_the_same_state_then_apply_together():
     assert ep.turns == 2 and not ep.success
 
 
+def test_parallel_episode_team_reward_is_that_of_the_joint_state():
+    """Each candidate alone moves the counter 0 -> 2 (team reward 0.5); applied together they reach 4 (1.0): the
+    episode reports the joint state's reward, not a lone candidate's."""
+    gen = ScriptedGenerator(lambda f, n, r: ["2"] * n)
+    [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=2, max_turns=3), counter_factory(4, mode="parallel"))
+    assert {s.team_reward for s in ep.samples} == {0.5}
+    assert ep.success and ep.turns == 1
+    assert ep.team_reward == pytest.approx(1.0)
+
+
 def test_max_turns_bounds_an_episode_that_never_ends():
     gen = ScriptedGenerator(lambda f, n, r: ["0"] * n)
     [ep] = run([Task("t0", "counter", 0)], gen, RolloutConfig(k=2, max_turns=3), counter_factory(target=5))

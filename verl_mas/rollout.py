@@ -176,6 +176,7 @@ async def rollout_task(
         steps.on_the_way += blocking
         workflow = _guard(state.workflow, task, "workflow")
         max_turns = min(workflow.max_turns, config.max_turns or workflow.max_turns)
+        last_team_reward = 0.0  # team reward of the state the episode is in: after the chosen (or replayed) moves
         for turn in range(max_turns):
             if _guard(lambda state=state: state.done, task, "done"):
                 break
@@ -185,12 +186,13 @@ async def rollout_task(
                         break
                     step = _tree_step(state, task, (role,), turn, generate, router, config, result, order, blocking)
                     state = (await step)[role][0]
+                    last_team_reward = next(s.team_reward for s in reversed(result.samples) if s.continued)
             else:
                 step = _tree_step(state, task, workflow.roles, turn, generate, router, config, result, order, blocking)
-                state = await _apply_joint(state, task, workflow.roles, await step, order, blocking)
+                state, last_team_reward = await _apply_joint(state, task, workflow.roles, await step, order, blocking)
             result.turns = turn + 1
         result.success = bool(_guard(state.success, task, "success"))
-        result.team_reward = _final_team_reward(result)
+        result.team_reward = last_team_reward
     except EnvironmentFailure as exc:
         result.error = str(exc)
         logger.warning("task %s abandoned: %s", task.uid, exc)
@@ -254,13 +256,18 @@ async def _apply_joint(
     chosen: dict[str, tuple[MultiAgentEnv, str]],
     order: tuple[int, ...],
     blocking: bool,
-) -> MultiAgentEnv:
-    """Parallel workflow: replay each role's chosen move, in role order, on one fresh clone of `state`."""
+) -> tuple[MultiAgentEnv, float]:
+    """Parallel workflow: replay each role's chosen move, in role order, on one fresh clone of `state`; return it
+    with the team reward of the last replayed move (each candidate was scored without the other roles' moves)."""
     joint = _guard(state.clone, task, "clone")
+    team_reward = 0.0
     for index, role in enumerate(roles):
         text = chosen[role][1]
-        await _run_steps([lambda r=role, t=text: joint.step(r, t)], task, f"step({role})", (*order, index), blocking)
-    return joint
+        replayed = await _run_steps(
+            [lambda r=role, t=text: joint.step(r, t)], task, f"step({role})", (*order, index), blocking
+        )
+        team_reward = replayed[0].team_reward
+    return joint, float(team_reward)
 
 
 async def _run_steps(
@@ -305,12 +312,6 @@ def _make_sample(
         valid=step.valid,
         text=gen.text,
     )
-
-
-def _final_team_reward(result: EpisodeResult) -> float:
-    """Team reward of the last continued branch: the state the episode ended in."""
-    continued = [s for s in result.samples if s.continued]
-    return continued[-1].team_reward if continued else 0.0
 
 
 def _guard(fn: Callable, task: Task, what: str):
