@@ -1,4 +1,4 @@
-"""Owns what a coding task is (statement, style, hidden and visible test cases) and how a result is compared with a case.
+"""Owns what a coding task is (statement, style, hidden and visible cases) and how a result is compared with a case.
 
 Three kinds of case:
 - `StdinCase`: the program reads `input` on stdin; it passes when what it prints matches `expected` token by token
