@@ -75,6 +75,7 @@ class CodeProblem:
         hidden: the cases that decide success; never shown to a role.
         visible: examples the statement already shows (shown to both roles).
         starter: code the coder starts from (a function's signature and docstring), shown in the prompt.
+        prelude: code run before every program (HumanEval's prompt: its imports and helper functions).
         reference: a correct program, when the data has one (judges the tester's cases).
         wrong: programs known to fail some hidden case (the tester's cases should catch them).
     """
@@ -86,6 +87,7 @@ class CodeProblem:
     visible: tuple[TestCase, ...] = ()
     fn_name: str | None = None
     starter: str = ""
+    prelude: str = ""
     reference: str | None = None
     wrong: tuple[str, ...] = ()
 
