@@ -1,0 +1,536 @@
+"""Code: a coder writes a program and a tester writes test cases, each turn in parallel, until the program passes them.
+
+The coder answers with a program in a ```python block: for a stdin task one that reads stdin and prints, for a
+function task one that defines the task's function. The tester answers with up to `max_tester_cases` cases: for a
+stdin task pairs of ```input and ```output blocks, for a function task `assert f(args) == value` lines of Python
+literals. Both act on the same state each turn; from turn 1 both see the latest program and how it did on the
+latest cases (each mismatch: input, expected, actual). The episode ends when a turn's latest program passes every
+latest case (there must be one), or after `max_turns`. Success: the latest program passes every hidden case.
+With `single_agent=True` the coder plays alone and the episode ends at its first program that compiles.
+
+Every program runs in the sandbox through `verl_mas.code_judge` (one run per program for all its cases); hidden
+cases never appear in a prompt and their expected results never enter the sandbox.
+
+Rewards, per move (team = the latest program passes every hidden case):
+
+| role   | move                                           | local reward                        | team reward |
+|--------|------------------------------------------------|-------------------------------------|-------------|
+| coder  | a program that compiles                        | share of hidden cases it passes     | 1 if team   |
+| tester | one or more cases                              | share of its cases that earn credit | 1 if team   |
+| both   | no code block or case; a program not compiling | -0.5 (invalid)                      | 1 if team   |
+
+A tester's case earns credit when it is well-formed and new (not a repeat of an earlier case of the reply), a
+correct program passes it, and at least one known-wrong program fails it. The correct program is the task's
+reference, or else a program of the coder's from this episode that passed every hidden case; with neither, no case
+can be checked and none earns credit. Known-wrong programs: the task's own (data files' incorrect solutions), up to
+`wrong_programs` mutants of the reference that fail a hidden case (`verl_mas.code_mutants`), and the coder's
+earlier programs of the episode that failed one.
+
+Tasks come from `verl_mas_envs.code_problems` (`source`, `source_options`, or `data_file` with `data_form`).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from verl_mas.code_cases import CallCase, CodeProblem, StdinCase, TestCase
+from verl_mas.code_judge import CaseResult, JudgeLimits, Program, judge, judge_each
+from verl_mas.code_mutants import mutants
+from verl_mas.env import Message, MultiAgentEnv, StepResult, Task, Workflow, register_env
+from verl_mas.env.replies import answer_part, extract_python
+
+from .code_problems import brief_statement, check_options, file_problem, file_problems, task_problem
+from .toolplan import INVALID_OUTPUT_REWARD, READ_LIMIT_NOTE
+
+ROLES = ("coder", "tester")
+SINGLE_AGENT_ROLES = ("coder",)
+Outcome = Literal["playing", "passed", "submitted", "out_of_turns"]
+SHOWN_CHARS = 200  # of one input, expected or actual output in a mismatch
+_FENCED = re.compile(r"```[ \t]*(input|output)[ \t]*\n(.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class CodeConfig:
+    """Options of the code environment (a task's options override them for its episode)."""
+
+    source: str = "arithmetic"  # see verl_mas_envs.code_problems
+    source_options: Mapping[str, Any] = field(default_factory=dict)
+    data_file: str | None = None
+    data_form: str = "auto"
+    max_turns: int = 3
+    single_agent: bool = False
+    brief_prompts: bool = False
+    max_tester_cases: int = 8
+    wrong_programs: int = 3  # mutants of the reference tried as known-wrong programs
+    shown_mismatches: int = 3
+    case_time_s: float = 2.0
+    program_time_s: float = 10.0  # all the cases of one program together
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source_options, Mapping):
+            raise ValueError(f"source_options must be a mapping, got {self.source_options!r}")
+        if self.data_file is not None and not (isinstance(self.data_file, str) and self.data_file):
+            raise ValueError(f"data_file must be a path, got {self.data_file!r}")
+        for key, low in (("max_turns", 1), ("max_tester_cases", 1), ("wrong_programs", 0), ("shown_mismatches", 0)):
+            value = getattr(self, key)
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
+                raise ValueError(f"{key} must be an int >= {low}, got {value!r}")
+        for key in ("single_agent", "brief_prompts"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
+        for key in ("case_time_s", "program_time_s"):
+            seconds = getattr(self, key)
+            if not (isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 < seconds < math.inf):
+                raise ValueError(f"{key} must be a positive finite number, got {seconds!r}")
+
+    @property
+    def limits(self) -> JudgeLimits:
+        return JudgeLimits(case_time_s=self.case_time_s, budget_s=self.program_time_s)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """A tester case the latest program failed: its input, what was expected, what the program did."""
+
+    shown_input: str
+    expected: str
+    actual: str
+
+
+@dataclass(frozen=True)
+class CodeState:
+    """An episode's state; immutable, so a clone shares it.
+
+    Attributes:
+        turn: completed turns.
+        program: the coder's latest program that compiled (None before the first).
+        solved: `program` passes every hidden case.
+        cases: the tester's latest cases.
+        checked: the latest program's results on the latest cases, as of the last completed turn.
+        failing: the coder's programs of this episode that failed a hidden case (known-wrong).
+        passing: a program of the coder's that passed every hidden case (a correct program when the task has
+            no reference).
+        pending_program, pending_cases: this turn's moves so far (the turn completes when every role moved).
+        moved: the roles that moved this turn.
+        outcome: "playing" until the episode ends.
+    """
+
+    turn: int = 0
+    program: str | None = None
+    solved: bool = False
+    cases: tuple[TestCase, ...] = ()
+    checked: tuple[CaseResult, ...] = ()
+    failing: tuple[str, ...] = ()
+    passing: str | None = None
+    pending_program: str | None = None
+    pending_cases: tuple[TestCase, ...] | None = None
+    moved: frozenset[str] = frozenset()
+    outcome: Outcome = "playing"
+
+
+@dataclass(frozen=True)
+class TesterReply:
+    """The cases read from a tester's reply, and how many more it wrote that are not usable cases."""
+
+    cases: tuple[TestCase, ...]
+    degenerate: int
+
+
+CODER_SYSTEM = (
+    "You are the coder of a two-agent team solving a programming task. Your teammate, the tester, writes test cases "
+    "for the same task. Each turn you both answer at once; from the second turn on, both of you see the latest "
+    "program and the tester's cases it failed. The episode ends when the program passes all of the tester's cases; "
+    "the team is scored on hidden tests. Answer with the complete program in one ```python code block. {style}"
+)
+TESTER_SYSTEM = (
+    "You are the tester of a two-agent team solving a programming task. Your teammate, the coder, writes the "
+    "program. Each turn you both answer at once; from the second turn on, both of you see the latest program and "
+    "the cases it failed. Write up to {count} test cases, each with its exact expected result, that a correct "
+    "program passes and a wrong one fails: small, valid inputs that cover edge cases. {style}"
+)
+CODER_STYLE = {
+    "stdin": "The program reads its input from standard input and prints the answer.",
+    "function": "Define the function `{fn}` (any helpers it needs too); it is called directly: no input, no print.",
+}
+TESTER_STYLE = {
+    "stdin": "Give each case as a ```input block with the exact standard input, then a ```output block with the "
+    "exact expected output.",
+    "function": "Give the cases as lines `assert {fn}(arguments) == expected` of Python literals, in one ```python "
+    "block.",
+}
+SINGLE_SYSTEM = "Solve the programming task. Answer with the complete program in one ```python code block. {style}"
+
+
+@register_env("code")
+class CodeEnv(MultiAgentEnv):
+    """Code for a coder and a tester (parallel), or the coder alone."""
+
+    def __init__(self, **options: Any) -> None:
+        try:
+            self.base_config = CodeConfig(**options)
+        except TypeError as exc:
+            raise ValueError(f"code: {exc}") from exc
+        self.config = self.base_config
+        self._problem: CodeProblem | None = None
+        self._state: CodeState | None = None
+        _check_problems(self.config)
+
+    # --- MultiAgentEnv -------------------------------------------------------------------------------------------
+
+    @property
+    def blocking_step(self) -> bool:
+        return True  # every step runs programs in the sandbox
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return SINGLE_AGENT_ROLES if self.config.single_agent else ROLES
+
+    def workflow(self) -> Workflow:
+        return Workflow(roles=self.roles, mode="parallel", max_turns=self.config.max_turns)
+
+    def reset(self, task: Task) -> None:
+        try:
+            self.config = replace(self.base_config, **task.options)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"bad code options in task {task.uid!r}: {exc}") from exc
+        self.load(_task_problem(self.config, task.seed, task.split))
+
+    def load(self, problem: CodeProblem) -> None:
+        """Start an episode on `problem` (reset does this with the task's; tests with a hand-written one)."""
+        self._problem = problem
+        self._state = CodeState()
+
+    def clone(self) -> CodeEnv:
+        twin = object.__new__(type(self))
+        twin.base_config, twin.config = self.base_config, self.config
+        twin._problem, twin._state = self._problem, self._state
+        return twin
+
+    @property
+    def done(self) -> bool:
+        return self.state.outcome != "playing"
+
+    def success(self) -> bool:
+        return self.state.solved
+
+    def observe(self, role: str) -> list[Message]:
+        self._check_role(role)
+        return [{"role": "system", "content": self._system_prompt(role)}, {"role": "user", "content": self._user(role)}]
+
+    def step(self, role: str, text: str) -> StepResult:
+        self._check_role(role)
+        state = self.state
+        if self.done:
+            raise RuntimeError(f"code: step({role!r}) after the episode ended ({state.outcome})")
+        if role in state.moved:
+            raise RuntimeError(f"code: {role!r} already moved in turn {state.turn}")
+        if role == "coder":
+            local, valid, info, state = self._coder_move(state, text)
+        else:
+            local, valid, info, state = self._tester_move(state, text)
+        state = replace(state, moved=state.moved | {role})
+        if state.moved == frozenset(self.roles):
+            state = self._complete_turn(state)
+        self._state = state
+        return StepResult(float(state.solved), local, self.done, valid=valid, info=info)
+
+    def expert(self, role: str) -> str | None:
+        self._check_role(role)
+        problem = self.problem
+        if self.done or problem.reference is None:
+            return None
+        if role == "coder":
+            return f"```python\n{problem.reference.strip()}\n```"
+        return _written_cases(problem.visible, problem) if problem.visible else None  # the statement's examples
+
+    # --- the episode ---------------------------------------------------------------------------------------------
+
+    @property
+    def problem(self) -> CodeProblem:
+        if self._problem is None:
+            raise RuntimeError("code: call reset(task) or load(problem) first")
+        return self._problem
+
+    @property
+    def state(self) -> CodeState:
+        if self._state is None:
+            raise RuntimeError("code: call reset(task) or load(problem) first")
+        return self._state
+
+    def _program(self, source: str) -> Program:
+        return Program.for_problem(self.problem, source)
+
+    def _coder_move(self, state: CodeState, text: str) -> tuple[float, bool, dict[str, object], CodeState]:
+        source = extract_python(text)
+        if source is None:
+            return INVALID_OUTPUT_REWARD, False, {"error": "no ```python code block"}, state
+        results = _judged(self._program(source), self.problem.hidden, self.config.limits)
+        if any(r.status == "syntax_error" for r in results):
+            error = next(r.actual for r in results if r.status == "syntax_error")
+            return INVALID_OUTPUT_REWARD, False, {"error": f"the program does not compile: {error}"}, state
+        share = sum(r.passed for r in results) / len(results)
+        solved = share == 1.0
+        state = replace(
+            state,
+            pending_program=source,
+            solved=solved,
+            failing=state.failing if solved or source in state.failing else (*state.failing, source),
+            passing=source if solved and state.passing is None else state.passing,
+        )
+        return share, True, {"hidden_passed": share}, state
+
+    def _tester_move(self, state: CodeState, text: str) -> tuple[float, bool, dict[str, object], CodeState]:
+        reply = read_tester_reply(text, self.problem, self.config.max_tester_cases)
+        if not reply.cases:
+            return INVALID_OUTPUT_REWARD, False, {"error": "no usable test case", "degenerate": reply.degenerate}, state
+        credited = self._credited(state, reply.cases)
+        share = sum(credited) / (len(reply.cases) + reply.degenerate)
+        info = {"cases": len(reply.cases), "degenerate": reply.degenerate, "credited": sum(credited)}
+        return share, True, info, replace(state, pending_cases=reply.cases)
+
+    def _credited(self, state: CodeState, cases: tuple[TestCase, ...]) -> list[bool]:
+        """Which cases a correct program passes and some known-wrong program fails."""
+        correct = self.problem.reference if self.problem.reference is not None else state.passing
+        wrong = [*self._known_wrong(), *state.failing]
+        if correct is None or not wrong:
+            return [False] * len(cases)
+        programs = [self._program(source) for source in (correct, *wrong)]
+        correct_results, *wrong_results = judge_each(programs, cases, self.config.limits)
+        return [
+            correct_results[i].passed and any(not results[i].passed for results in wrong_results)
+            for i in range(len(cases))
+        ]
+
+    def _known_wrong(self) -> tuple[str, ...]:
+        return _known_wrong(self.problem, self.config.wrong_programs, self.config.limits)
+
+    def _complete_turn(self, state: CodeState) -> CodeState:
+        turn = state.turn + 1
+        program = state.pending_program if state.pending_program is not None else state.program
+        cases = state.pending_cases if state.pending_cases is not None else state.cases
+        if self.config.single_agent:
+            outcome: Outcome = "submitted" if program is not None else "playing"
+            checked: tuple[CaseResult, ...] = ()
+        else:
+            checked = _judged(self._program(program), cases, self.config.limits) if program and cases else ()
+            outcome = "passed" if checked and all(r.passed for r in checked) else "playing"
+        if outcome == "playing" and turn >= self.config.max_turns:
+            outcome = "out_of_turns"
+        return replace(
+            state,
+            turn=turn,
+            program=program,
+            cases=cases,
+            checked=checked,
+            pending_program=None,
+            pending_cases=None,
+            moved=frozenset(),
+            outcome=outcome,
+        )
+
+    # --- prompts -------------------------------------------------------------------------------------------------
+
+    def _system_prompt(self, role: str) -> str:
+        problem = self.problem
+        if self.config.brief_prompts:
+            return "You solve it alone." if self.config.single_agent else f"You are the {role} agent."
+        style = (CODER_STYLE if role == "coder" else TESTER_STYLE)[problem.style].format(fn=problem.fn_name)
+        if self.config.single_agent:
+            return SINGLE_SYSTEM.format(style=style)
+        if role == "coder":
+            return CODER_SYSTEM.format(style=style)
+        return TESTER_SYSTEM.format(count=self.config.max_tester_cases, style=style)
+
+    def _user(self, role: str) -> str:
+        problem, state = self.problem, self.state
+        if self.config.brief_prompts:
+            lines = [brief_statement(problem)]
+            if state.program is not None:
+                lines.append(f"prog:\n{state.program.strip()}")
+            lines += [f"in:{m.shown_input} want:{m.expected} got:{m.actual}" for m in self._mismatches()]
+            return "\n".join(lines)
+        parts = [f"Task:\n{problem.statement.strip()}"]
+        if problem.starter.strip() and problem.starter.strip() not in problem.statement:
+            parts.append(f"Starter code:\n```python\n{problem.starter.rstrip()}\n```")
+        if state.turn:
+            parts.append(self._progress())
+        request = "Write the program." if role == "coder" else "Write your test cases."
+        parts.append(f"{request} {READ_LIMIT_NOTE}")
+        return "\n\n".join(parts)
+
+    def _progress(self) -> str:
+        state = self.state
+        if state.program is None:
+            return "No program has compiled yet."
+        lines = [f"The latest program:\n```python\n{state.program.rstrip()}\n```"]
+        if not state.cases:
+            lines.append("The tester has no usable case yet.")
+        else:
+            passed = sum(r.passed for r in state.checked)
+            lines.append(f"It passed {passed} of the tester's {len(state.cases)} latest cases.")
+            for mismatch in self._mismatches():
+                lines.append(
+                    f"- input: {mismatch.shown_input}\n  expected: {mismatch.expected}\n  actual: {mismatch.actual}"
+                )
+        lines.append("Check the program and the cases, and answer again.")
+        return "\n".join(lines)
+
+    def _mismatches(self) -> list[Mismatch]:
+        state = self.state
+        failed = [(case, result) for case, result in zip(state.cases, state.checked, strict=True) if not result.passed]
+        return [_mismatch(case, result) for case, result in failed[: self.config.shown_mismatches]]
+
+    def _check_role(self, role: str) -> None:
+        if role not in self.roles:
+            raise ValueError(f"code: unknown role {role!r}; roles are {self.roles}")
+
+
+def read_tester_reply(text: str, problem: CodeProblem, limit: int) -> TesterReply:
+    """The tester's first `limit` cases; malformed and repeated ones are counted as degenerate."""
+    part = answer_part(text)
+    found: list[TestCase] = []
+    degenerate = 0
+    for case in _stdin_cases(part) if problem.style == "stdin" else _call_cases(part, problem.fn_name or ""):
+        if len(found) + degenerate >= limit:
+            break
+        if case is None or any(_same_input(case, seen) for seen in found) or _empty(case):
+            degenerate += 1
+        else:
+            found.append(case)
+    return TesterReply(tuple(found), degenerate)
+
+
+def _stdin_cases(part: str) -> list[StdinCase | None]:
+    blocks = [(match.group(1), match.group(2)) for match in _FENCED.finditer(part)]
+    cases: list[StdinCase | None] = []
+    index = 0
+    while index < len(blocks):
+        kind, body = blocks[index]
+        if kind == "input" and index + 1 < len(blocks) and blocks[index + 1][0] == "output":
+            cases.append(StdinCase(body, blocks[index + 1][1]))
+            index += 2
+        else:
+            cases.append(None)  # an input without its output, or an output without its input
+            index += 1
+    return cases
+
+
+def _call_cases(part: str, fn_name: str) -> list[CallCase | None]:
+    source = extract_python(part) or part
+    cases: list[CallCase | None] = []
+    for line in source.splitlines():
+        if line.strip().startswith("assert"):
+            cases.append(_call_case(line.strip(), fn_name))
+    return cases
+
+
+def _call_case(line: str, fn_name: str) -> CallCase | None:
+    """`assert f(args) == value` (or `value == f(args)`, `assert f(args)`, `assert not f(args)`) as a case."""
+    try:
+        test = ast.parse(line, mode="exec").body[0]
+    except (SyntaxError, ValueError, RecursionError, MemoryError, IndexError):
+        return None
+    if not isinstance(test, ast.Assert):
+        return None
+    expression, expected = test.test, "True"
+    if isinstance(expression, ast.UnaryOp) and isinstance(expression.op, ast.Not):
+        expression, expected = expression.operand, "False"
+    elif isinstance(expression, ast.Compare) and len(expression.ops) == 1 and isinstance(expression.ops[0], ast.Eq):
+        left, right = expression.left, expression.comparators[0]
+        expression, value = (left, right) if _calls(left, fn_name) else (right, left)
+        expected = ast.unparse(value)
+    if not _calls(expression, fn_name):
+        return None
+    assert isinstance(expression, ast.Call)
+    arguments = [ast.unparse(a) for a in expression.args] + [
+        f"{k.arg}={ast.unparse(k.value)}" for k in expression.keywords
+    ]
+    try:
+        return CallCase(", ".join(arguments), expected)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _calls(node: ast.expr, fn_name: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == fn_name
+
+
+def _same_input(case: TestCase, other: TestCase) -> bool:
+    if isinstance(case, StdinCase) and isinstance(other, StdinCase):
+        return case.input.split() == other.input.split()
+    return isinstance(case, CallCase) and isinstance(other, CallCase) and case.args == other.args
+
+
+def _empty(case: TestCase) -> bool:
+    return isinstance(case, StdinCase) and not case.input.strip() and not case.expected.strip()
+
+
+def _mismatch(case: TestCase, result: CaseResult) -> Mismatch:
+    if isinstance(case, StdinCase):
+        shown, expected = case.input, case.expected
+    elif isinstance(case, CallCase):
+        shown, expected = case.args, case.expected
+    else:
+        shown, expected = case.code, "no error"
+    actual = result.actual if result.status in ("passed", "wrong") else f"{result.status}: {result.actual}"
+    return Mismatch(_short(shown), _short(expected), _short(actual))
+
+
+def _short(text: str) -> str:
+    text = text.strip()
+    if len(text) > SHOWN_CHARS:
+        text = text[:SHOWN_CHARS] + " ..."
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _written_cases(cases: Sequence[TestCase], problem: CodeProblem) -> str:
+    """Cases as a tester writes them."""
+    if problem.style == "stdin":
+        return "\n".join(f"```input\n{c.input.rstrip()}\n```\n```output\n{c.expected.rstrip()}\n```" for c in cases)
+    lines = [f"assert {problem.fn_name}({c.args}) == {c.expected}" for c in cases if isinstance(c, CallCase)]
+    return "```python\n" + "\n".join(lines) + "\n```"
+
+
+def _judged(program: Program, cases: tuple[TestCase, ...], limits: JudgeLimits) -> tuple[CaseResult, ...]:
+    return _judge_cached(program, cases, limits)
+
+
+@functools.lru_cache(maxsize=1024)
+def _judge_cached(program: Program, cases: tuple[TestCase, ...], limits: JudgeLimits) -> tuple[CaseResult, ...]:
+    """Judging is deterministic given its inputs: the rollout's replay of a chosen move then costs no sandbox run."""
+    return judge(program, cases, limits)
+
+
+@functools.lru_cache(maxsize=256)
+def _known_wrong(problem: CodeProblem, count: int, limits: JudgeLimits) -> tuple[str, ...]:
+    """The task's wrong programs and up to `count` mutants of its reference that fail some hidden case."""
+    found = list(problem.wrong)
+    if problem.reference is not None and count:
+        candidates = mutants(problem.reference, count * 3, problem.uid)
+        programs = [Program.for_problem(problem, source) for source in candidates]
+        for source, results in zip(candidates, judge_each(programs, problem.hidden, limits), strict=True):
+            if len(found) - len(problem.wrong) < count and not all(r.passed for r in results):
+                found.append(source)
+    return tuple(found)
+
+
+def _task_problem(config: CodeConfig, seed: int, split: str) -> CodeProblem:
+    if config.data_file is not None:
+        return file_problem(config.data_file, config.data_form, seed, split)
+    return task_problem(config.source, config.source_options, seed, split)
+
+
+def _check_problems(config: CodeConfig) -> None:
+    """Options that can give no problem fail here, at construction, not at some later reset."""
+    if config.data_file is None:
+        check_options(config.source, config.source_options)
+        return
+    empty = [split for split, problems in file_problems(config.data_file, config.data_form).items() if not problems]
+    if empty:
+        raise ValueError(f"{config.data_file}: no problem falls in the {empty[0]} split (too few problems)")

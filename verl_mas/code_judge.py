@@ -1,0 +1,173 @@
+"""Owns judging programs on test cases: one sandbox run per program for all its cases, compared outside the sandbox."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from verl_mas import code_harness
+from verl_mas.code_cases import (
+    CallCase,
+    CodeProblem,
+    ScriptCase,
+    StdinCase,
+    Style,
+    TestCase,
+    literal_value,
+    stdout_matches,
+    values_equal,
+)
+from verl_mas.sandbox import SandboxLimits, run_python
+
+HARNESS_OVERHEAD_S = 2.0  # the sandbox's start and the harness's own work, on top of the cases' budget
+SHOWN_CHARS = 300  # of an actual output or an error, in a CaseResult
+
+
+@dataclass(frozen=True)
+class JudgeLimits:
+    """Time and size limits of judging one program.
+
+    Attributes:
+        case_time_s: wall time of one case.
+        budget_s: wall time of all the program's cases together; cases after it is spent fail as "not_run".
+        memory_mb: address space of each process.
+        output_bytes: what is kept of one case's output; more is an "output_limit" failure.
+    """
+
+    case_time_s: float = 2.0
+    budget_s: float = 10.0
+    memory_mb: int = 512
+    output_bytes: int = 16_000
+
+    def __post_init__(self) -> None:
+        for key in ("case_time_s", "budget_s", "memory_mb", "output_bytes"):
+            value = getattr(self, key)
+            if not (isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf):
+                raise ValueError(f"JudgeLimits.{key} must be a positive finite number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """A program on one case.
+
+    Attributes:
+        passed: the case's expected result was met.
+        status: "passed", "wrong" (ran, result differs) or why it did not run to a result: "error", "timeout",
+            "output_limit", "syntax_error", "no_function", "bad_return", "not_run", "crash" (the run failed).
+        actual: what the program printed or returned, or its error (short).
+    """
+
+    passed: bool
+    status: str
+    actual: str
+
+
+@dataclass(frozen=True)
+class Program:
+    """What a program is judged as: its source, how it is run, and the code run before it."""
+
+    source: str
+    style: Style
+    fn_name: str | None = None
+    prelude: str = ""
+
+    @classmethod
+    def for_problem(cls, problem: CodeProblem, source: str) -> Program:
+        return cls(source, problem.style, problem.fn_name, problem.prelude)
+
+
+def judge(program: Program, cases: Sequence[TestCase], limits: JudgeLimits = JudgeLimits()) -> tuple[CaseResult, ...]:
+    """Run `program` on every case in one sandbox run and compare each result with the case's expected one."""
+    if not cases:
+        return ()
+    source = f"{program.prelude}\n{program.source}" if program.prelude else program.source
+    job = {
+        "source": source,
+        "style": program.style,
+        "fn_name": program.fn_name,
+        "cases": [_case_job(case) for case in cases],
+        "case_time_s": limits.case_time_s,
+        "budget_s": limits.budget_s,
+        "output_bytes": limits.output_bytes,
+    }
+    wall = limits.budget_s + HARNESS_OVERHEAD_S
+    sandbox_limits = SandboxLimits(
+        wall_time_s=wall,
+        cpu_time_s=math.ceil(wall),
+        memory_mb=limits.memory_mb,
+        max_output_bytes=len(cases) * 6 * (limits.output_bytes + code_harness.ERROR_CHARS + 100) + 4096,  # JSON escapes
+    )
+    run = run_python(_harness_source(), json.dumps(job), sandbox_limits)
+    reports = _reports(run.stdout, len(cases))
+    if reports is None:
+        why = "timeout" if run.timed_out else "crash"
+        detail = (run.stderr.strip().splitlines() or [f"the judge's run ended with {run.exit_code}"])[-1]
+        return tuple(CaseResult(False, why, detail[:SHOWN_CHARS]) for _ in cases)
+    return tuple(_verdict(case, report) for case, report in zip(cases, reports, strict=True))
+
+
+def judge_each(
+    programs: Sequence[Program], cases: Sequence[TestCase], limits: JudgeLimits = JudgeLimits(), workers: int = 2
+) -> list[tuple[CaseResult, ...]]:
+    """`judge` for several programs, their sandbox runs `workers` at a time (one program's run never holds another's
+    cases' results, so no program can tamper with another's verdicts)."""
+    if len(programs) <= 1 or workers <= 1:
+        return [judge(program, cases, limits) for program in programs]
+    with ThreadPoolExecutor(min(workers, len(programs)), thread_name_prefix="verl_mas_judge") as pool:
+        return list(pool.map(lambda program: judge(program, cases, limits), programs))
+
+
+def pass_rate(results: Sequence[CaseResult]) -> float:
+    return sum(r.passed for r in results) / len(results) if results else 0.0
+
+
+@cache
+def _harness_source() -> str:
+    return Path(code_harness.__file__).read_text(encoding="utf-8")
+
+
+def _case_job(case: TestCase) -> dict[str, str]:
+    if isinstance(case, StdinCase):
+        return {"kind": "stdin", "input": case.input}
+    if isinstance(case, CallCase):
+        return {"kind": "call", "args": case.args}
+    if isinstance(case, ScriptCase):
+        return {"kind": "script", "code": case.code}
+    raise TypeError(f"not a test case: {case!r}")
+
+
+def _reports(stdout: str, expected_count: int) -> list[dict] | None:
+    """The harness's results line (the last one carrying its mark), or None when the run produced none."""
+    for line in reversed(stdout.split("\n")):
+        if line.startswith(code_harness.MARK):
+            try:
+                reports = json.loads(line[len(code_harness.MARK) :])
+            except ValueError:
+                return None
+            valid = isinstance(reports, list) and len(reports) == expected_count
+            if valid and all(isinstance(r, dict) and isinstance(r.get("status"), str) for r in reports):
+                return reports
+            return None
+    return None
+
+
+def _verdict(case: TestCase, report: dict) -> CaseResult:
+    status, output = report["status"], str(report.get("output", ""))
+    if status != "ok":
+        error = str(report.get("error", "")).strip()
+        return CaseResult(False, status, (error.splitlines() or [status])[-1][:SHOWN_CHARS])
+    if isinstance(case, StdinCase):
+        passed = stdout_matches(case.expected, output)
+    elif isinstance(case, CallCase):
+        try:
+            passed = values_equal(literal_value(case.expected), literal_value(output))
+        except ValueError:
+            passed = False
+    else:
+        passed = True
+    return CaseResult(passed, "passed" if passed else "wrong", output[:SHOWN_CHARS])
