@@ -32,6 +32,7 @@ MARK = "@@verl-mas-harness-results@@"
 PLAIN_TYPES = (int, float, complex, str, bytes, bool, type(None), list, tuple, dict, set, frozenset)
 RECURSION_LIMIT = 10_000
 ERROR_CHARS = 600
+POLL_S = 0.02  # how often a running case's child is checked for having exited
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -85,8 +86,10 @@ def run_case(code, job: dict, case: dict, pristine_builtins: dict, seconds: floa
     for fd in (stdin_r, out_w, err_w, result_w):
         os.close(fd)
     feed = case.get("input", "").encode("utf-8", "surrogatepass") if case["kind"] == "stdin" else b""
-    streams, status = pump(stdin_w, feed, {"out": out_r, "err": err_r, "result": result_r}, job, seconds)
-    exit_code = stop_case(pid)
+    streams, status, exit_status = pump(
+        pid, stdin_w, feed, {"out": out_r, "err": err_r, "result": result_r}, job, seconds
+    )
+    exit_code = stop_case(pid, exit_status)
     error = streams["err"].decode("utf-8", "replace")[-ERROR_CHARS:]
     if status == "ok" and exit_code != 0:
         status = "error"
@@ -99,22 +102,30 @@ def run_case(code, job: dict, case: dict, pristine_builtins: dict, seconds: floa
     return {"status": status, "output": output.decode("utf-8", "replace"), "error": error}
 
 
-def pump(stdin_w: int, feed: bytes, readers: dict, job: dict, seconds: float) -> tuple[dict, str]:
-    """Feed the case's input and read its streams until they close, the time is up or output runs over."""
+def pump(pid: int, stdin_w: int, feed: bytes, readers: dict, job: dict, seconds: float) -> tuple[dict, str, int | None]:
+    """Feed the case's input and read its streams until the child has exited and they are drained (a process it
+    left holding them is not waited for), the time is up or output runs over; the child's wait status if reaped."""
     limit = job["output_bytes"]
     got = {name: bytearray() for name in readers}
     open_fds = {fd: name for name, fd in readers.items()}
     writing = stdin_w
     os.set_blocking(stdin_w, False)
     end = time.monotonic() + seconds
-    status = "ok"
+    status, exit_status, draining = "ok", None, False
     while open_fds:
         left = end - time.monotonic()
         if left <= 0:
             status = "timeout"
             break
+        if exit_status is None:
+            reaped, wait_status = os.waitpid(pid, os.WNOHANG)
+            if reaped:
+                exit_status = wait_status
+        elif draining:
+            break  # the child is gone and what it wrote has been read
         wanted_out = [writing] if writing is not None else []
-        ready_in, ready_out, _ = select.select(list(open_fds), wanted_out, [], left)
+        ready_in, ready_out, _ = select.select(list(open_fds), wanted_out, [], min(left, POLL_S))
+        draining = exit_status is not None and not ready_in
         if ready_out:
             try:
                 sent = os.write(writing, feed[:65536])
@@ -138,14 +149,15 @@ def pump(stdin_w: int, feed: bytes, readers: dict, job: dict, seconds: float) ->
         os.close(fd)
     if writing is not None:
         os.close(writing)
-    return {name: bytes(data[:limit]) for name, data in got.items()}, status
+    return {name: bytes(data[:limit]) for name, data in got.items()}, status, exit_status
 
 
-def stop_case(pid: int) -> int:
-    """Kill the case's child and every process it left (orphans are reparented here); the child's exit code."""
-    for victim in [pid, *descendants(os.getpid())]:
+def stop_case(pid: int, exit_status: int | None) -> int:
+    """Kill the case's child (unless reaped) and every process it left (orphans are reparented here); the child's
+    exit code."""
+    for victim in [*([pid] if exit_status is None else []), *descendants(os.getpid())]:
         kill(victim)
-    _, status = os.waitpid(pid, 0)
+    status = os.waitpid(pid, 0)[1] if exit_status is None else exit_status
     reap_until = time.monotonic() + 1.0
     while time.monotonic() < reap_until:  # reap the orphans
         try:
