@@ -217,7 +217,7 @@ class CodeEnv(MultiAgentEnv):
         return self.state.outcome != "playing"
 
     def success(self) -> bool:
-        return self.state.solved
+        return self.done and self.state.solved
 
     def observe(self, role: str) -> list[Message]:
         self._check_role(role)

@@ -23,6 +23,7 @@ import operator
 import os
 import random
 import sys
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -217,7 +218,7 @@ def _standard_library_only(entry: Mapping[str, Any]) -> bool:
     modules: set[str] = set()
     try:
         for source in (entry["code_sample"], entry["input_generator"]):
-            for node in ast.walk(ast.parse(source)):
+            for node in ast.walk(_parsed(source)):
                 if isinstance(node, ast.Import):
                     modules |= {alias.name.split(".")[0] for alias in node.names}
                 elif isinstance(node, ast.ImportFrom):
@@ -255,9 +256,16 @@ def codeio_problem(difficulty: int | None, index: int) -> CodeProblem | None:
     )
 
 
+def _parsed(source: str) -> ast.Module:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)  # the set's code has invalid escapes in regexes ("\\s")
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(source)
+
+
 def _main_signature(source: str) -> str | None:
     try:
-        tree = ast.parse(source)
+        tree = _parsed(source)
     except (SyntaxError, ValueError):
         return None
     for node in tree.body:

@@ -324,12 +324,12 @@ TOOL_PLAN_MODES = {
     "single_agent": {"tool_mode": "compact", "single_agent": True},
     "brief_prompts": {"tool_mode": "compact", "brief_prompts": True, "max_turns": 3},
 }
-MATH_MODES = {"default": {}, "single_agent": {"single_agent": True}, "brief_prompts": {"brief_prompts": True}}
-MODES = {name: MATH_MODES if name == "math" else TOOL_PLAN_MODES for name in BUILT_IN}
+PARALLEL_MODES = {"default": {}, "single_agent": {"single_agent": True}, "brief_prompts": {"brief_prompts": True}}
+MODES = {name: PARALLEL_MODES if name in ("code", "math") else TOOL_PLAN_MODES for name in BUILT_IN}
 
 
 def test_the_built_in_environments_are_registered() -> None:
-    assert BUILT_IN == ["math", "plan_path", "sokoban", "sudoku"]
+    assert BUILT_IN == ["code", "math", "plan_path", "sokoban", "sudoku"]
 
 
 @pytest.mark.parametrize(

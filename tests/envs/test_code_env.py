@@ -1,0 +1,214 @@
+"""The code environment: hand-computed rewards of both roles, turns, prompts, sources and splits."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from verl_mas.code_cases import CallCase, CodeProblem, StdinCase
+from verl_mas.code_judge import Program, judge
+from verl_mas.env import Task, make_env
+from verl_mas_envs import code_problems
+from verl_mas_envs.code_env import CodeEnv, read_tester_reply
+
+ADDER = "a, b = map(int, input().split())\nprint(a + b)\n"
+SUBTRACTER = "a, b = map(int, input().split())\nprint(a - b)\n"
+ABS_ADDER = "a, b = map(int, input().split())\nprint(abs(a) + b)\n"  # wrong only when a < 0
+HIDDEN = (
+    StdinCase("123 456\n", "579\n"),
+    StdinCase("-5 5\n", "0\n"),
+    StdinCase("1000 2000\n", "3000\n"),
+    StdinCase("7 8\n", "15\n"),
+)
+ADD = CodeProblem("add/0", "Read a and b; print a + b.", "stdin", HIDDEN, reference=ADDER, wrong=(SUBTRACTER,))
+
+
+def python(source: str) -> str:
+    return f"Here it is.\n```python\n{source}```"
+
+
+def cases(*pairs: tuple[str, str]) -> str:
+    return "\n".join(f"```input\n{i}\n```\n```output\n{o}\n```" for i, o in pairs)
+
+
+def started(problem: CodeProblem = ADD, **options) -> CodeEnv:
+    env = CodeEnv(wrong_programs=0, **options)
+    env.load(problem)
+    return env
+
+
+def test_the_coder_earns_the_share_of_hidden_cases_its_program_passes() -> None:
+    env = started()
+    for program, share in ((ADDER, 1.0), (ABS_ADDER, 0.75), (SUBTRACTER, 0.0)):
+        result = env.clone().step("coder", python(program))
+        assert result.valid and result.local_reward == pytest.approx(share)
+        assert result.team_reward == (1.0 if share == 1.0 else 0.0)
+
+
+@pytest.mark.parametrize("reply", ["print(1)", "```python\ndef f(:\n```", ""])
+def test_no_program_or_one_that_does_not_compile_is_an_invalid_move(reply: str) -> None:
+    result = started().step("coder", reply)
+    assert not result.valid and result.local_reward == -0.5 and "error" in result.info
+
+
+def test_a_tester_case_earns_credit_when_the_reference_passes_it_and_a_wrong_program_fails_it() -> None:
+    # "2 3"/"5": reference 5, the wrong program -1: credit. "0 0"/"0": both print 0: not discriminating.
+    # "2 2"/"5": the reference prints 4: a wrong expectation. A repeat and a dangling input: degenerate.
+    reply = cases(("2 3", "5"), ("0 0", "0"), ("2 2", "5"), ("2  3", "5")) + "\n```input\n9 9\n```"
+    result = started().step("tester", reply)
+    assert result.valid and result.info == {"cases": 3, "degenerate": 2, "credited": 1}
+    assert result.local_reward == pytest.approx(1 / 5)
+    perfect = started().step("tester", cases(("2 3", "5"), ("4 1", "5")))
+    assert perfect.local_reward == pytest.approx(1.0)
+
+
+def test_without_a_wrong_program_or_a_correct_one_no_case_earns_credit() -> None:
+    no_wrong = CodeProblem("add/1", "Add.", "stdin", HIDDEN, reference=ADDER)
+    assert started(no_wrong).step("tester", cases(("2 3", "5"))).local_reward == 0.0
+    no_reference = CodeProblem("add/2", "Add.", "stdin", HIDDEN, wrong=(SUBTRACTER,))
+    assert started(no_reference).step("tester", cases(("2 3", "5"))).local_reward == 0.0
+
+
+def test_the_coders_programs_judge_the_testers_cases_when_the_task_has_no_reference() -> None:
+    env = started(CodeProblem("add/3", "Add.", "stdin", HIDDEN), max_turns=3)
+    env.step("coder", python(SUBTRACTER))  # fails hidden cases: a known-wrong program from now on
+    env.step("tester", cases(("1 1", "3")))  # a wrong case: the turn goes on
+    env.step("coder", python(ADDER))  # passes every hidden case: a correct program from now on
+    result = env.step("tester", cases(("2 3", "5"), ("3 3", "0")))
+    assert result.info["credited"] == 1 and result.local_reward == pytest.approx(0.5)
+
+
+def test_a_tester_reply_with_no_case_is_invalid() -> None:
+    result = started().step("tester", "I would test with 1 2.")
+    assert not result.valid and result.local_reward == -0.5
+
+
+def test_a_turn_shows_both_roles_the_program_and_its_mismatches_then_ends_when_it_passes() -> None:
+    env = started(max_turns=3)
+    env.step("coder", python(ABS_ADDER))
+    result = env.step("tester", cases(("-2 5", "3"), ("1 1", "2")))
+    assert not result.done and env.state.turn == 1
+    for role in ("coder", "tester"):
+        prompt = env.observe(role)[1]["content"]
+        assert "abs(a) + b" in prompt and "It passed 1 of the tester's 2 latest cases." in prompt
+        assert "- input: -2 5\n  expected: 3\n  actual: 7" in prompt
+    env.step("coder", python(ADDER))
+    result = env.step("tester", "no new cases")  # invalid: the latest cases stay
+    assert result.done and env.state.outcome == "passed" and env.success()
+
+
+def test_hidden_cases_never_reach_a_prompt() -> None:
+    env = started(max_turns=3)
+    seen = [m["content"] for role in ("coder", "tester") for m in env.observe(role)]
+    for coder, tester in ((ABS_ADDER, cases(("-2 1", "-1"))), (SUBTRACTER, cases(("5 5", "10")))):
+        env.step("coder", python(coder))
+        env.step("tester", tester)
+        seen += [m["content"] for role in ("coder", "tester") for m in env.observe(role)]
+    text = "\n".join(seen)
+    assert all(case.input.strip() not in text and f"expected: {case.expected.strip()}" not in text for case in HIDDEN)
+
+
+def test_the_episode_ends_out_of_turns_and_success_is_the_latest_programs() -> None:
+    env = started(max_turns=1)
+    env.step("coder", python(ADDER))
+    env.step("tester", cases(("1 1", "3")))  # wrong: the program "fails" it
+    assert env.done and env.state.outcome == "out_of_turns" and env.success()
+
+
+def test_the_single_agent_ends_at_its_first_program_that_compiles() -> None:
+    env = started(single_agent=True, max_turns=3)
+    assert env.roles == ("coder",)
+    assert not env.step("coder", "no code").done
+    result = env.step("coder", python(ABS_ADDER))
+    assert result.done and not env.success() and result.local_reward == pytest.approx(0.75)
+
+
+def test_function_tasks_read_assert_lines_of_literals() -> None:
+    problem = CodeProblem(
+        "fn/0",
+        "Write add(a, b).",
+        "function",
+        (CallCase("1, 2", "3"),),
+        fn_name="add",
+        reference="def add(a, b):\n    return a + b\n",
+    )
+    reply = (
+        "```python\nassert add(2, 3) == 5\nassert 9 == add(4, 5)\nassert add(2, 3) == 6\n"
+        "assert add(x, 1) == 2\nassert not add(0, 0)\nprint('done')\n```"
+    )
+    parsed = read_tester_reply(reply, problem, limit=8)
+    assert parsed.cases == (CallCase("2, 3", "5"), CallCase("4, 5", "9"), CallCase("0, 0", "False"))
+    assert parsed.degenerate == 2  # the repeated arguments (2, 3) and the non-literal x
+    assert len(read_tester_reply(reply, problem, limit=2).cases) == 2
+
+
+def test_mutants_of_the_reference_serve_as_known_wrong_programs() -> None:
+    env = CodeEnv(wrong_programs=3)
+    env.load(CodeProblem("add/4", "Add.", "stdin", HIDDEN, reference=ADDER))
+    wrong = env._known_wrong()
+    assert 1 <= len(wrong) <= 3 and ADDER not in wrong
+    for source in wrong:
+        assert not all(r.passed for r in judge(Program(source, "stdin"), HIDDEN))
+    assert env.step("tester", cases(("2 3", "5"))).local_reward == pytest.approx(1.0)
+
+
+def test_arithmetic_tasks_are_seeded_split_apart_and_solved_by_their_reference() -> None:
+    def problem(seed: int, split: str) -> CodeProblem:
+        return code_problems.task_problem("arithmetic", {"terms": 2}, seed, split)
+
+    assert problem(5, "train") == problem(5, "train")
+    train = {problem(seed, "train").statement for seed in range(30)}
+    evaluation = {problem(seed, "eval").statement for seed in range(30)}
+    assert not train & evaluation and len(train) > 20
+    sample = problem(1, "train")
+    assert all(r.passed for r in judge(Program(sample.reference, "stdin"), sample.hidden))
+    for wrong in sample.wrong:
+        assert not all(r.passed for r in judge(Program(wrong, "stdin"), sample.hidden))
+
+
+def test_arithmetic_hidden_results_are_computed_from_the_expression() -> None:
+    found = code_problems.arithmetic_problem(random.Random(0), 1, 2)
+    assert found is not None
+    expression = found.uid.split("/", 2)[2]  # e.g. "b * 4"
+    for case in found.hidden:
+        a, b = map(int, case.input.split())
+        left, op, right = expression.split()  # one operation: a variable, an operator, a variable or a digit
+        x, y = {"a": a, "b": b}[left], {"a": a, "b": b}.get(right, int(right) if right.isdigit() else None)
+        assert int(case.expected) == {"+": x + y, "-": x - y, "*": x * y}[op]
+
+
+def test_codeio_tasks_have_hidden_cases_their_reference_passes() -> None:
+    problem = code_problems.task_problem("codeio", {}, 0, "train")
+    assert problem.style == "function" and problem.fn_name == "main_solution" and problem.hidden
+    assert all(r.passed for r in judge(Program.for_problem(problem, problem.reference), problem.hidden))
+    nothing = Program.for_problem(problem, "def main_solution(**kwargs):\n    return None\n")
+    assert not all(r.passed for r in judge(nothing, problem.hidden))
+    assert code_problems.task_problem("codeio", {}, 0, "train") == problem
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"source": "nope"}, "unknown code source"),
+        ({"source_options": {"terms": 9}}, "terms must be an int in"),
+        ({"source_options": {"colour": 1}}, "has no option 'colour'"),
+        ({"max_tester_cases": 0}, "max_tester_cases must be an int >= 1"),
+        ({"case_time_s": float("inf")}, "case_time_s must be a positive finite number"),
+        ({"single_agent": "yes"}, "single_agent must be true or false"),
+        ({"data_file": "/nonexistent/code.jsonl"}, "code data_file"),
+    ],
+)
+def test_bad_options_fail_at_construction_naming_the_key(options, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        CodeEnv(**options)
+
+
+def test_the_registered_env_plays_a_task_from_its_seed() -> None:
+    env = make_env("code", source_options={"terms": 1})
+    env.reset(Task("t0", "code", 4, "eval"))
+    first = env.observe("coder")
+    twin = make_env("code", source_options={"terms": 1})
+    twin.reset(Task("t1", "code", 4, "eval"))
+    assert twin.observe("coder") == first
+    assert env.step("coder", env.expert("coder")).local_reward == 1.0
