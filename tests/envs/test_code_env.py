@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
+import numpy as np
 import pytest
+import torch
 
+from verl_mas.advantage import registered_estimator
 from verl_mas.code_cases import CallCase, CodeProblem, StdinCase
 from verl_mas.code_judge import Program, judge
 from verl_mas.env import Task, make_env
+from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_tasks
+from verl_mas.router import PolicyRouter
 from verl_mas_envs import code_problems
 from verl_mas_envs.code_env import CodeEnv, read_tester_reply
 
@@ -212,3 +218,37 @@ def test_the_registered_env_plays_a_task_from_its_seed() -> None:
     twin.reset(Task("t1", "code", 4, "eval"))
     assert twin.observe("coder") == first
     assert env.step("coder", env.expert("coder")).local_reward == 1.0
+
+
+def test_a_tree_rollout_gives_both_roles_groups_that_spread_and_ends_when_the_program_passes() -> None:
+    """K = 4 candidates per role, scored against the same state; the best of each is replayed together."""
+    replies = {
+        "coder": [python(ADDER), python(ABS_ADDER), "no code", python(SUBTRACTER)],
+        "tester": [cases(("2 3", "5")), cases(("0 0", "0")), "no cases", cases(("2 2", "5"))],
+    }
+
+    async def generate(request: GenerationRequest) -> list[Generation]:
+        return [Generation(text, (1,), (2, 3)) for text in replies[request.role][: request.n]]
+
+    def factory(task: Task) -> CodeEnv:
+        return started()
+
+    router = PolicyRouter.from_spec("shared", ("coder", "tester"))
+    [episode] = asyncio.run(rollout_tasks([Task("t0", "code", 0)], generate, router, RolloutConfig(k=4), factory))
+    by_role = {role: [s for s in episode.samples if s.role == role] for role in ("coder", "tester")}
+    # mixed reward = team + local; team = the candidate's program (coder) or the state's (tester) passes hidden cases
+    assert [s.reward for s in by_role["coder"]] == pytest.approx([2.0, 0.75, -0.5, 0.0])
+    assert [s.reward for s in by_role["tester"]] == pytest.approx([1.0, 0.0, -0.5, 0.0])
+    assert [s.continued for s in by_role["tester"]] == [True, False, False, False]
+    assert episode.turns == 1 and episode.success and episode.team_reward == 1.0
+    rewards = torch.tensor([[s.reward] for s in episode.samples])
+    advantages, _ = registered_estimator()(
+        token_level_rewards=rewards,
+        response_mask=torch.ones_like(rewards),
+        index=np.array([s.task_uid for s in episode.samples], dtype=object),
+        role=np.array([s.role for s in episode.samples], dtype=object),
+        turn=np.array([s.turn for s in episode.samples]),
+    )
+    for role in ("coder", "tester"):
+        rows = [i for i, s in enumerate(episode.samples) if s.role == role]
+        assert advantages[rows, 0].abs().sum() > 0 and abs(float(advantages[rows, 0].mean())) < 1e-5
