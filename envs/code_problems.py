@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import functools
 import gzip
+import itertools
 import json
 import operator
 import os
@@ -103,8 +104,9 @@ def arithmetic_problem(rng: random.Random, terms: int, variables: int) -> CodePr
     for _ in range(terms):
         operand = rng.choice(names) if rng.random() < 0.5 else str(rng.randint(1, 9))
         expression = f"{expression} {rng.choice(list(ARITHMETIC_OPS))} {operand}"
-    inputs = [tuple(rng.randint(0, 9) for _ in names) for _ in range(HIDDEN_CASES)]
-    examples = tuple(_arithmetic_case(expression, names, tuple(rng.randint(0, 9) for _ in names)) for _ in range(2))
+    # distinct inputs, the two examples' apart from the hidden ones: printing the examples' outputs passes none
+    *inputs, first, second = rng.sample(list(itertools.product(range(10), repeat=len(names))), HIDDEN_CASES + 2)
+    examples = (_arithmetic_case(expression, names, first), _arithmetic_case(expression, names, second))
     reference = f"{', '.join(names)} = map(int, input().split())\nprint({expression})\n"
     hidden = tuple(_arithmetic_case(expression, names, values) for values in inputs)
     if len({case.expected for case in hidden}) < 3:

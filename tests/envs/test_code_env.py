@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from verl_mas import cli
 from verl_mas.advantage import registered_estimator
 from verl_mas.code_cases import CallCase, CodeProblem, StdinCase
 from verl_mas.code_judge import Program, judge
+from verl_mas.dataset import load_rows, read_tasks
 from verl_mas.env import Task, make_env
 from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_tasks
 from verl_mas.router import PolicyRouter
@@ -252,3 +254,18 @@ def test_a_tree_rollout_gives_both_roles_groups_that_spread_and_ends_when_the_pr
     for role in ("coder", "tester"):
         rows = [i for i, s in enumerate(episode.samples) if s.role == role]
         assert advantages[rows, 0].abs().sum() > 0 and abs(float(advantages[rows, 0].mean())) < 1e-5
+
+
+def test_verl_rows_rebuild_their_task_in_a_worker(tmp_path) -> None:
+    assert (
+        cli.main(["data", "--env", "code", "--out", str(tmp_path), "--train", "3", "--eval", "2", "max_turns=2"]) == 0
+    )
+    for split, count in (("train", 3), ("eval", 2)):
+        rows = load_rows(tmp_path / f"{split}.parquet")
+        tasks = read_tasks(tmp_path / f"{split}.parquet")
+        assert len(tasks) == count and {t.split for t in tasks} == {split}
+        for row, task in zip(rows, tasks, strict=True):
+            env = make_env("code", **task.options)
+            env.reset(task)
+            assert list(row["prompt"]) == env.observe("coder") and env.config.max_turns == 2
+            assert not any(case.input.strip() in row["prompt"][1]["content"] for case in env.problem.hidden)
