@@ -18,14 +18,17 @@ from __future__ import annotations
 import ast
 import functools
 import gzip
+import hashlib
 import itertools
 import json
 import operator
 import os
 import random
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from verl_mas.code_cases import CallCase, CodeProblem, StdinCase, literal_value
@@ -230,7 +233,7 @@ def _standard_library_only(entry: Mapping[str, Any]) -> bool:
     return modules <= set(sys.stdlib_module_names)
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=4096)
 def codeio_problem(difficulty: int | None, index: int) -> CodeProblem | None:
     """Entry `index` of the CodeI/O programs of `difficulty` as a function task; None when its runs give no
     usable hidden case."""
@@ -278,8 +281,38 @@ def _main_signature(source: str) -> str | None:
 
 def _codeio_cases(solution: str, generator: str, uid: str) -> tuple[CallCase, ...]:
     """Hidden cases: the solution's results on generated inputs, computed twice in the sandbox; kept where the two
-    agree and both the arguments and the result are Python literals."""
-    script = (
+    agree and both the arguments and the result are Python literals. Made once per machine: the pairs are kept in
+    the cache folder (`VERL_MAS_CACHE`, else ~/.cache/verl_mas), under a hash of everything they depend on."""
+    script = _codeio_script(solution, generator, uid)
+    stored = _cache_dir() / "codeio_cases" / f"{hashlib.sha256(script.encode()).hexdigest()}.json"
+    try:
+        pairs = json.loads(stored.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pairs = _run_codeio_script(script)
+    if pairs is not None and not stored.exists():
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        partial = stored.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        partial.write_text(json.dumps(pairs), encoding="utf-8")
+        partial.replace(stored)  # atomic: a reader in another worker sees the whole file or none
+    cases: list[CallCase] = []
+    for pair in pairs if isinstance(pairs, list) else ():  # the stored file is data: read it as untrusted
+        try:
+            args, expected = pair
+            literal_value(expected)
+            case = CallCase(args, expected)
+        except (ValueError, TypeError):
+            continue
+        if len(args) + len(expected) <= 4000 and case not in cases:
+            cases.append(case)
+    return tuple(cases[:HIDDEN_CASES])
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("VERL_MAS_CACHE") or Path.home() / ".cache" / "verl_mas")
+
+
+def _codeio_script(solution: str, generator: str, uid: str) -> str:
+    return (
         f"from random import Random\n{solution}\n\n{generator}\n\n"
         "import copy, json, random\n"
         "found = []\n"
@@ -296,22 +329,16 @@ def _codeio_cases(solution: str, generator: str, uid: str) -> tuple[CallCase, ..
         "        found.append([args, repr(first)])\n"
         f"print({CODEIO_MARK!r} + json.dumps(found))\n"
     )
+
+
+def _run_codeio_script(script: str) -> list | None:
+    """The script's pairs; None when it ran out of time (a busy machine: not a verdict to keep)."""
     run = run_python(script, "", SandboxLimits(wall_time_s=20.0, cpu_time_s=20, max_output_bytes=1_000_000))
+    if run.timed_out:
+        return None
     line = next((text for text in reversed(run.stdout.split("\n")) if text.startswith(CODEIO_MARK)), None)
-    if line is None:
-        return ()
-    cases: list[CallCase] = []
     try:
-        pairs = json.loads(line[len(CODEIO_MARK) :])
+        pairs = json.loads(line[len(CODEIO_MARK) :]) if line is not None else []
     except ValueError:
-        return ()
-    for pair in pairs if isinstance(pairs, list) else ():
-        try:
-            args, expected = pair
-            literal_value(expected)
-            case = CallCase(args, expected)
-        except (ValueError, TypeError):
-            continue
-        if len(args) + len(expected) <= 4000 and case not in cases:
-            cases.append(case)
-    return tuple(cases[:HIDDEN_CASES])
+        pairs = []
+    return pairs if isinstance(pairs, list) else []

@@ -269,3 +269,25 @@ def test_verl_rows_rebuild_their_task_in_a_worker(tmp_path) -> None:
             env.reset(task)
             assert list(row["prompt"]) == env.observe("coder") and env.config.max_turns == 2
             assert not any(case.input.strip() in row["prompt"][1]["content"] for case in env.problem.hidden)
+
+
+def test_codeio_cases_are_made_once_and_kept_in_the_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VERL_MAS_CACHE", str(tmp_path))
+    entry = code_problems._codeio_entries(None)[3]
+    made = code_problems._codeio_cases(entry["code_sample"], entry["input_generator"], "codeio/test/3")
+    [stored] = (tmp_path / "codeio_cases").iterdir()
+    assert made and len(made) <= code_problems.HIDDEN_CASES
+
+    def no_sandbox(*args, **kwargs):
+        raise AssertionError("the cache should have answered")
+
+    monkeypatch.setattr(code_problems, "run_python", no_sandbox)
+    assert code_problems._codeio_cases(entry["code_sample"], entry["input_generator"], "codeio/test/3") == made
+    stored.write_text('[["x=1", "__import__(\'os\')"], "junk", ["y=2", "3"]]')  # a tampered file is data
+    assert code_problems._codeio_cases(entry["code_sample"], entry["input_generator"], "codeio/test/3") == (
+        CallCase("y=2", "3"),
+    )
+    stored.write_text("{not json")
+    monkeypatch.undo()
+    monkeypatch.setenv("VERL_MAS_CACHE", str(tmp_path))
+    assert code_problems._codeio_cases(entry["code_sample"], entry["input_generator"], "codeio/test/3") == made
