@@ -33,7 +33,7 @@ GPU_MEMORY_UTILIZATION = {"run_qwen3_1.7b.sh": "0.6", "run_qwen3_8b.sh": "0.5"}
 LEVELS = ("single", "shared", "per_role")
 SCRIPTS = sorted(RECIPES.glob("*/run_*.sh"))
 # what the fake `python` and `verl-mas` do: write their arguments, one per line, to $RECORD_DIR/<command>
-WITHOUT_RECIPE = {"math"}  # its verl recipes are not written yet: run it with python -m verl_mas.main mas.env=math
+WITHOUT_RECIPE = {"code", "math"}  # recipes not written yet: run them with python -m verl_mas.main mas.env=...
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD_DIR/$(basename "$0")"\n'
 
 
