@@ -66,7 +66,8 @@ def task_problem(source: str, options: Mapping[str, Any], seed: int, split: str)
     if source == "arithmetic":
         terms, variables = options.get("terms", 1), options.get("variables", 2)
         key = f"code/arithmetic/{terms}/{variables}"
-        return draw_board(key, seed, split, lambda rng: arithmetic_problem(rng, terms, variables), _statement)
+        # split by the expression (the uid), not the statement: brief prompts show only the expression
+        return draw_board(key, seed, split, lambda rng: arithmetic_problem(rng, terms, variables), _uid)
     if source == "humaneval":
         from verl_mas.code_data import humaneval_problems
 
@@ -179,8 +180,8 @@ def _expression_mutants(expression: str) -> list[str]:
     return found
 
 
-def _statement(problem: CodeProblem) -> str:
-    return problem.statement
+def _uid(problem: CodeProblem) -> str:
+    return problem.uid
 
 
 # --- shipped sets and files --------------------------------------------------------------------------------------

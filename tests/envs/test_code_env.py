@@ -166,8 +166,8 @@ def test_arithmetic_tasks_are_seeded_split_apart_and_solved_by_their_reference()
         return code_problems.task_problem("arithmetic", {"terms": 2}, seed, split)
 
     assert problem(5, "train") == problem(5, "train")
-    train = {problem(seed, "train").statement for seed in range(30)}
-    evaluation = {problem(seed, "eval").statement for seed in range(30)}
+    train = {problem(seed, "train").uid for seed in range(30)}  # the expression: all a brief prompt shows
+    evaluation = {problem(seed, "eval").uid for seed in range(30)}
     assert not train & evaluation and len(train) > 20
     sample = problem(1, "train")
     assert all(r.passed for r in judge(Program(sample.reference, "stdin"), sample.hidden))
