@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
+import time
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from verl_mas import cli
 from verl_mas.advantage import registered_estimator
@@ -291,3 +295,34 @@ def test_codeio_cases_are_made_once_and_kept_in_the_cache(tmp_path, monkeypatch)
     monkeypatch.undo()
     monkeypatch.setenv("VERL_MAS_CACHE", str(tmp_path))
     assert code_problems._codeio_cases(entry["code_sample"], entry["input_generator"], "codeio/test/3") == made
+
+
+HOSTILE_PIECES = [
+    "```python\n", "```input\n", "```output\n", "```\n", "```", "<think>", "</think>", "assert add(", "assert f(",
+    ") == ", "1, 2", "[1, 2]", "*[1]", "x", "def add(a, b):\n", "    return a + b\n", "print(", "input()", ")",
+    "import os\nos.fork()\n", "while True: pass\n", "1 2\n", "3\n", "\ud800", "\x00", "İ", "🙂", "\n", " ", "(" * 50,
+]  # fmt: skip
+FUNCTION_ADD = CodeProblem(
+    "fn/add", "Write add(a, b).", "function", (CallCase("1, 2", "3"), CallCase("-4, 4", "0")), fn_name="add",
+    reference="def add(a, b):\n    return a + b\n",
+)  # fmt: skip
+hostile_replies = st.tuples(
+    st.lists(st.sampled_from(HOSTILE_PIECES), min_size=1, max_size=20), st.integers(1, 500)
+).map(lambda drawn: "".join(drawn[0]) * drawn[1])
+
+
+@pytest.mark.parametrize("problem", [ADD, FUNCTION_ADD], ids=["stdin", "function"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(reply=hostile_replies)
+def test_any_reply_is_a_scored_move(problem: CodeProblem, reply: str) -> None:
+    env = started(problem, case_time_s=0.5, program_time_s=1.0)
+    for role in env.roles:
+        branch = env.clone()
+        began = time.thread_time()
+        result = branch.step(role, reply)
+        assert time.thread_time() - began < 1.0  # this thread's CPU: programs run in the sandbox's processes
+        assert all(math.isfinite(r) and -1.0 <= r <= 1.0 for r in (result.team_reward, result.local_reward))
+        assert result.valid or result.local_reward == -0.5
+        for seen in env.roles:
+            for message in branch.observe(seen):
+                message["content"].encode()
