@@ -159,6 +159,15 @@ def test_large_input_and_output_limit() -> None:
     assert statuses(judge(flood, ADD_CASES[:1], FAST)) == ["output_limit"]
 
 
+def test_a_function_may_print_freely_and_programs_may_call_exit() -> None:
+    chatty = Program("def add(a, b):\n    print('x' * 100_000)\n    return a + b\n", "function", "add")
+    assert statuses(judge(chatty, (CallCase("1, 2", "3"),), FAST)) == ["passed"]
+    exits = Program("print(int(input()) * 2)\nexit()\nprint('never')\n", "stdin")
+    quits = Program("print(int(input()) * 2)\nquit(0)\n", "stdin")
+    for program in (exits, quits):
+        assert statuses(judge(program, (StdinCase("4\n", "8\n"),), FAST)) == ["passed"]
+
+
 def test_each_case_starts_from_a_fresh_program_state() -> None:
     counter = Program(
         "import builtins\nbuiltins.seen = getattr(builtins, 'seen', 0) + 1\nprint(builtins.seen)\n", "stdin"

@@ -42,6 +42,9 @@ def main() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # without it a setsid'd grandchild outlives its case; the sandbox still kills it when the run ends
+    for name in ("exit", "quit"):  # `python -S` leaves them out; programs written for judges call them
+        if not hasattr(builtins, name):
+            setattr(builtins, name, sys.exit)
     results = run_job(job)
     sys.stdout.write(MARK + json.dumps(results, ensure_ascii=False) + "\n")
     sys.stdout.flush()
@@ -102,10 +105,11 @@ def run_case(code, job: dict, case: dict, pristine_builtins: dict, seconds: floa
     return {"status": status, "output": output.decode("utf-8", "replace"), "error": error}
 
 
-def pump(pid: int, stdin_w: int, feed: bytes, readers: dict, job: dict, seconds: float) -> tuple[dict, str, int | None]:
+def pump(
+    pid: int, stdin_w: int, feed: bytes, readers: dict, judged: str, limit: int, seconds: float
+) -> tuple[dict, str, int | None]:
     """Feed the case's input and read its streams until the child has exited and they are drained (a process it
     left holding them is not waited for), the time is up or output runs over; the child's wait status if reaped."""
-    limit = job["output_bytes"]
     got = {name: bytearray() for name in readers}
     open_fds = {fd: name for name, fd in readers.items()}
     writing = stdin_w
@@ -141,8 +145,10 @@ def pump(pid: int, stdin_w: int, feed: bytes, readers: dict, job: dict, seconds:
                 os.close(fd)
                 del open_fds[fd]
                 continue
-            got[open_fds[fd]] += chunk
-        if any(len(data) > limit for data in got.values()):
+            name = open_fds[fd]
+            if len(got[name]) <= limit:  # beyond the limit a stream is drained, not kept
+                got[name] += chunk
+        if len(got[judged]) > limit:
             status = "output_limit"
             break
     for fd in open_fds:
