@@ -89,9 +89,9 @@ def run_case(code, job: dict, case: dict, pristine_builtins: dict, seconds: floa
     for fd in (stdin_r, out_w, err_w, result_w):
         os.close(fd)
     feed = case.get("input", "").encode("utf-8", "surrogatepass") if case["kind"] == "stdin" else b""
-    streams, status, exit_status = pump(
-        pid, stdin_w, feed, {"out": out_r, "err": err_r, "result": result_r}, job, seconds
-    )
+    readers = {"out": out_r, "err": err_r, "result": result_r}
+    judged = "out" if case["kind"] == "stdin" else "result"  # only the stream compared can run over the limit
+    streams, status, exit_status = pump(pid, stdin_w, feed, readers, judged, job["output_bytes"], seconds)
     exit_code = stop_case(pid, exit_status)
     error = streams["err"].decode("utf-8", "replace")[-ERROR_CHARS:]
     if status == "ok" and exit_code != 0:
