@@ -3,7 +3,7 @@
 # with recipes/<env>/<env>.yaml and the model, level, data and GPU overrides.
 #
 # Usage: bash recipes/launch.sh ENV SIZE LEVEL [extra hydra overrides ...]
-#   ENV    a recipe directory under recipes/: plan_path, sokoban or sudoku
+#   ENV    a recipe directory under recipes/: code, plan_path, sokoban or sudoku
 #   SIZE   1.7b (Qwen/Qwen3-1.7B, vLLM gets 60% of each GPU) or
 #          8b   (Qwen/Qwen3-8B, vLLM gets 50%; per_role also moves the optimizer states to CPU memory)
 #   LEVEL  single (one agent), shared (tool + plan on one model) or per_role (one model per role)
@@ -15,7 +15,7 @@
 # An unknown ENV, SIZE or LEVEL exits with status 2 before anything runs.
 set -euo pipefail
 
-USAGE="usage: $0 plan_path|sokoban|sudoku 1.7b|8b single|shared|per_role [extra hydra overrides ...]"
+USAGE="usage: $0 code|plan_path|sokoban|sudoku 1.7b|8b single|shared|per_role [extra hydra overrides ...]"
 ENV_NAME="${1:?$USAGE}"
 SIZE="${2:?$USAGE}"
 LEVEL="${3:?$USAGE}"
@@ -50,7 +50,9 @@ case "$LEVEL" in
 esac
 
 # 6400 training rows (200 steps x 32 tasks: each row is played once) and 100 held-out boards.
-verl-mas data --env "$ENV_NAME" --out "$DATA_DIR" --train 6400 --eval 100 --seed 0 single_agent="$SINGLE_AGENT"
+# The rows carry the recipe's mas.env_options (--options-from), so they match the run's options.
+verl-mas data --env "$ENV_NAME" --out "$DATA_DIR" --train 6400 --eval 100 --seed 0 \
+    --options-from "$RECIPE_DIR/$ENV_NAME.yaml" single_agent="$SINGLE_AGENT"
 
 python -m verl_mas.main \
     --config-path "$RECIPE_DIR" \

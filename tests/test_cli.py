@@ -11,6 +11,7 @@ import pytest
 
 from mas_testkit import ScriptedGenerator, spread_script
 from verl_mas.cli import main
+from verl_mas.dataset import read_tasks
 from verl_mas.demo import DemoConfig
 from verl_mas.env import Task
 from verl_mas.local.config import LocalTrainConfig
@@ -208,3 +209,28 @@ def test_numbers_in_nested_yaml_are_numbers_too():
     assert (config.update.eps, config.update.grad_clip, config.warm_start.lr) == (1e-8, 0.1, 2e-3)
     with pytest.raises(ValueError, match="'update.eps' expects a number, got 'tiny'"):
         resolve_train_config(parse_overrides(["update={eps: tiny}"]))
+
+
+def test_data_command_starts_from_a_recipes_environment_options(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("mas:\n  env: sudoku\n  env_options:\n    size: 4\n    max_turns: 2\n")
+    assert main(["data", "--env", "sudoku", "--out", str(tmp_path / "d"), "--train", "2", "--eval", "1",
+                 "--options-from", str(recipe), "max_turns=3"]) == 0  # fmt: skip
+    [task, _] = read_tasks(tmp_path / "d" / "train.parquet")
+    assert task.options == {"size": 4, "max_turns": 3}  # the recipe's, with the command line's on top
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("trainer: {}\n", "no mas: group"),
+        ("mas:\n  env: code\n", "a recipe for mas.env='code', not 'sudoku'"),
+        ("mas:\n  env_options: [1, 2]\n", "mas.env_options must be a mapping"),
+    ],
+)
+def test_data_command_refuses_a_recipe_it_cannot_use(tmp_path, capsys, text, message):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(text)
+    args = ["data", "--env", "sudoku", "--out", str(tmp_path / "d"), "--options-from", str(recipe)]
+    assert main(args) == 2
+    assert message in capsys.readouterr().err and not (tmp_path / "d").exists()

@@ -7,6 +7,7 @@ import dataclasses
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from verl_mas.local.files import RunError
 from verl_mas.overrides import apply_overrides, parse_overrides
@@ -87,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     data.add_argument("--train", type=int, default=1024)
     data.add_argument("--eval", type=int, default=100)
     data.add_argument("--seed", type=int, default=0)
+    data.add_argument(
+        "--options-from",
+        type=Path,
+        metavar="RECIPE_YAML",
+        help="start from a recipe's mas.env_options (the key=value options override them), so the rows match it",
+    )
     data.add_argument("options", nargs="*", help="environment options as key=value")
     sub.add_parser("envs", help="list registered environments")
     args = parser.parse_args(argv)
@@ -139,7 +146,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     elif args.command == "data":
         from verl_mas.dataset import write_dataset
 
-        paths = write_dataset(args.env, args.out, args.train, args.eval, args.seed, parse_overrides(args.options))
+        options = {**recipe_env_options(args.options_from, args.env), **parse_overrides(args.options)}
+        paths = write_dataset(args.env, args.out, args.train, args.eval, args.seed, options)
         for split, path in paths.items():
             print(f"{split}: {path}")
     elif args.command == "envs":
@@ -149,6 +157,24 @@ def _dispatch(args: argparse.Namespace) -> int:
             workflow = make_env(name).workflow()
             print(f"{name:<12} roles={','.join(workflow.roles)} mode={workflow.mode} max_turns={workflow.max_turns}")
     return 0
+
+
+def recipe_env_options(path: Path | None, env: str) -> dict[str, Any]:
+    """`mas.env_options` of the recipe yaml at `path` ({} without one); the recipe must be for `env`."""
+    if path is None:
+        return {}
+    import yaml
+
+    recipe = yaml.safe_load(path.read_text(encoding="utf-8"))
+    mas = recipe.get("mas") if isinstance(recipe, dict) else None
+    if not isinstance(mas, dict):
+        raise ValueError(f"{path}: no mas: group, so no environment options to start from")
+    if mas.get("env", env) != env:
+        raise ValueError(f"{path}: a recipe for mas.env={mas['env']!r}, not {env!r}")
+    options = mas.get("env_options") or {}
+    if not isinstance(options, dict):
+        raise ValueError(f"{path}: mas.env_options must be a mapping, got {options!r}")
+    return options
 
 
 if __name__ == "__main__":

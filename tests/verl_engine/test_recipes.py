@@ -33,7 +33,7 @@ GPU_MEMORY_UTILIZATION = {"run_qwen3_1.7b.sh": "0.6", "run_qwen3_8b.sh": "0.5"}
 LEVELS = ("single", "shared", "per_role")
 SCRIPTS = sorted(RECIPES.glob("*/run_*.sh"))
 # what the fake `python` and `verl-mas` do: write their arguments, one per line, to $RECORD_DIR/<command>
-WITHOUT_RECIPE = {"code", "math"}  # recipes not written yet: run them with python -m verl_mas.main mas.env=...
+WITHOUT_RECIPE = {"math"}  # its verl recipes are not written yet: run it with python -m verl_mas.main mas.env=math
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD_DIR/$(basename "$0")"\n'
 
 
@@ -70,12 +70,16 @@ def run_script(
 
 def test_every_environment_has_a_complete_recipe():
     built_in = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in WITHOUT_RECIPE)
-    assert sorted(p.name for p in RECIPES.iterdir() if p.is_dir()) == built_in == ["plan_path", "sokoban", "sudoku"]
+    assert (
+        sorted(p.name for p in RECIPES.iterdir() if p.is_dir())
+        == built_in
+        == ["code", "plan_path", "sokoban", "sudoku"]
+    )
     for env in built_in:
         files = sorted(p.name for p in (RECIPES / env).iterdir())
         assert files == sorted(["README.md", f"{env}.yaml", "run_qwen3_1.7b.sh", "run_qwen3_8b.sh"]), env
     assert sorted(p.name for p in RECIPES.iterdir() if not p.is_dir()) == ["launch.sh"]
-    assert len(SCRIPTS) == 6
+    assert len(SCRIPTS) == 8
     for script in [LAUNCHER, *SCRIPTS]:
         lines = script.read_text().splitlines()
         assert lines[0] == "#!/usr/bin/env bash" and "set -euo pipefail" in lines, script
@@ -97,6 +101,7 @@ LEVEL_OVERRIDES = {
     "shared": ["mas.env_options.single_agent=false", "mas.router=shared"],
     "per_role": ["mas.env_options.single_agent=false", "mas.router=per_role"],
 }
+TEAMS = {"code": (("coder", "tester"), ("coder",))}  # (roles, the single agent's role) where not tool and plan
 # each script composed with one level, each level twice, the 8B per-role offload once
 COMPOSED_CASES = [
     ("plan_path", "run_qwen3_1.7b.sh", "single"),
@@ -105,6 +110,8 @@ COMPOSED_CASES = [
     ("sokoban", "run_qwen3_8b.sh", "single"),
     ("sudoku", "run_qwen3_1.7b.sh", "per_role"),
     ("sudoku", "run_qwen3_8b.sh", "shared"),
+    ("code", "run_qwen3_1.7b.sh", "shared"),
+    ("code", "run_qwen3_8b.sh", "single"),
 ]
 
 
@@ -128,7 +135,8 @@ def test_run_script_writes_the_data_then_launches_its_recipe(script, level, fake
     data_dir = tmp_path / "data" / "verl_mas" / env / level
     single_agent = "true" if level == "single" else "false"
     assert data_args == ["data", "--env", env, "--out", str(data_dir)] + [
-        *("--train", str(200 * 32), "--eval", "100", "--seed", "0", f"single_agent={single_agent}")
+        *("--train", str(200 * 32), "--eval", "100", "--seed", "0"),
+        *("--options-from", str(RECIPES / env / f"{env}.yaml"), f"single_agent={single_agent}"),
     ]
     assert config_dir == RECIPES / env and config_name == env
     offload = ["actor_rollout_ref.actor.fsdp_config.optimizer_offload=true"]
@@ -194,13 +202,18 @@ def test_run_script_launch_composes_checks_and_has_the_reference_settings(env, s
     assert config.trainer.n_gpus_per_node == 8
     offloaded = script_name == "run_qwen3_8b.sh" and level == "per_role"
     assert config.actor_rollout_ref.actor.fsdp_config.optimizer_offload is offloaded
-    expected_policies = {"single": ("shared",), "shared": ("shared",), "per_role": ("tool", "plan")}[level]
-    assert mas.roles == (("plan",) if level == "single" else ("tool", "plan"))
+    team, alone = TEAMS.get(env, (("tool", "plan"), ("plan",)))
+    expected_policies = {"single": ("shared",), "shared": ("shared",), "per_role": team}[level]
+    assert mas.roles == (alone if level == "single" else team)
     assert mas.policy_router().policies == expected_policies
     assert mas.gpus_per_policy(8) == {p: 8 // len(expected_policies) for p in expected_policies}
     # verl's dataclass nodes accept everything set in them (the actor is converted by check_config)
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     omega_conf_to_dataclass(config.algorithm)
+    if env == "code":  # the reference evaluates code by sampling 5 answers per problem at temperature 0.6
+        val = config.actor_rollout_ref.rollout.val_kwargs
+        assert (val.n, val.temperature, val.do_sample) == (5, 0.6, True)
+        assert mas.env_options["source"] == "codeio" and mas.env_options["max_turns"] == 5
 
 
 UNKNOWN_LEVEL = "unknown level 'per_agent': use single, shared or per_role"
@@ -347,7 +360,7 @@ def test_cfg_job_prints_the_composed_recipe_without_ray(tmp_path):
 
 @pytest.mark.parametrize("env", sorted(p.name for p in RECIPES.iterdir() if (p / f"{p.name}.yaml").exists()))
 def test_every_recipe_composes_with_the_cpu_platform(env, tmp_path):
-    data = write_data(tmp_path, env, ["single_agent=false"])
+    data = write_data(tmp_path, env, ["--options-from", str(RECIPES / env / f"{env}.yaml"), "single_agent=false"])
     config = composed(RECIPES / env, env, ["+platform=cpu", *data])
     check_config(config)
     model = config.actor_rollout_ref.model
