@@ -42,10 +42,11 @@ from typing import Any, Literal
 from verl_mas.code_cases import CallCase, CodeProblem, StdinCase, TestCase
 from verl_mas.code_judge import CaseResult, JudgeLimits, Program, judge, judge_each
 from verl_mas.code_mutants import mutants
-from verl_mas.env import Message, MultiAgentEnv, StepResult, Task, Workflow, register_env
+from verl_mas.env import StepResult, register_env
 from verl_mas.env.replies import answer_part, extract_python
 
 from .code_problems import brief_statement, check_options, file_problem, file_problems, task_problem
+from .problem_team import ProblemTeamEnv
 from .toolplan import INVALID_OUTPUT_REWARD, READ_LIMIT_NOTE
 
 ROLES = ("coder", "tester")
@@ -168,60 +169,31 @@ SINGLE_SYSTEM = "Solve the programming task. Answer with the complete program in
 
 
 @register_env("code")
-class CodeEnv(MultiAgentEnv):
+class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
     """Code for a coder and a tester (parallel), or the coder alone."""
+
+    label = "code"
+    team_roles = ROLES
+    single_agent_roles = SINGLE_AGENT_ROLES
 
     def __init__(self, **options: Any) -> None:
         try:
-            self.base_config = CodeConfig(**options)
+            config = CodeConfig(**options)
         except TypeError as exc:
             raise ValueError(f"code: {exc}") from exc
-        self.config = self.base_config
-        self._problem: CodeProblem | None = None
-        self._state: CodeState | None = None
-        _check_problems(self.config)
+        super().__init__(config)
+        _check_problems(config)
 
-    # --- MultiAgentEnv -------------------------------------------------------------------------------------------
+    def _task_problem(self, config: CodeConfig, seed: int, split: str) -> CodeProblem:
+        if config.data_file is not None:
+            return file_problem(config.data_file, config.data_form, seed, split)
+        return task_problem(config.source, config.source_options, seed, split)
 
-    @property
-    def blocking_step(self) -> bool:
-        return True  # every step runs programs in the sandbox
-
-    @property
-    def roles(self) -> tuple[str, ...]:
-        return SINGLE_AGENT_ROLES if self.config.single_agent else ROLES
-
-    def workflow(self) -> Workflow:
-        return Workflow(roles=self.roles, mode="parallel", max_turns=self.config.max_turns)
-
-    def reset(self, task: Task) -> None:
-        try:
-            self.config = replace(self.base_config, **task.options)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"bad code options in task {task.uid!r}: {exc}") from exc
-        self.load(_task_problem(self.config, task.seed, task.split))
-
-    def load(self, problem: CodeProblem) -> None:
-        """Start an episode on `problem` (reset does this with the task's; tests with a hand-written one)."""
-        self._problem = problem
-        self._state = CodeState()
-
-    def clone(self) -> CodeEnv:
-        twin = object.__new__(type(self))
-        twin.base_config, twin.config = self.base_config, self.config
-        twin._problem, twin._state = self._problem, self._state
-        return twin
-
-    @property
-    def done(self) -> bool:
-        return self.state.outcome != "playing"
+    def _new_state(self) -> CodeState:
+        return CodeState()
 
     def success(self) -> bool:
         return self.done and self.state.solved
-
-    def observe(self, role: str) -> list[Message]:
-        self._check_role(role)
-        return [{"role": "system", "content": self._system_prompt(role)}, {"role": "user", "content": self._user(role)}]
 
     def step(self, role: str, text: str) -> StepResult:
         self._check_role(role)
@@ -250,18 +222,6 @@ class CodeEnv(MultiAgentEnv):
         return _written_cases(problem.visible, problem) if problem.visible else None  # the statement's examples
 
     # --- the episode ---------------------------------------------------------------------------------------------
-
-    @property
-    def problem(self) -> CodeProblem:
-        if self._problem is None:
-            raise RuntimeError("code: call reset(task) or load(problem) first")
-        return self._problem
-
-    @property
-    def state(self) -> CodeState:
-        if self._state is None:
-            raise RuntimeError("code: call reset(task) or load(problem) first")
-        return self._state
 
     def _program(self, source: str) -> Program:
         return Program.for_problem(self.problem, source)
@@ -385,10 +345,6 @@ class CodeEnv(MultiAgentEnv):
         state = self.state
         failed = [(case, result) for case, result in zip(state.cases, state.checked, strict=True) if not result.passed]
         return [_mismatch(case, result) for case, result in failed[: self.config.shown_mismatches]]
-
-    def _check_role(self, role: str) -> None:
-        if role not in self.roles:
-            raise ValueError(f"code: unknown role {role!r}; roles are {self.roles}")
 
 
 def read_tester_reply(text: str, problem: CodeProblem, limit: int) -> TesterReply:
@@ -518,12 +474,6 @@ def _known_wrong(problem: CodeProblem, count: int, limits: JudgeLimits) -> tuple
             if len(found) - len(problem.wrong) < count and not all(r.passed for r in results):
                 found.append(source)
     return tuple(found)
-
-
-def _task_problem(config: CodeConfig, seed: int, split: str) -> CodeProblem:
-    if config.data_file is not None:
-        return file_problem(config.data_file, config.data_form, seed, split)
-    return task_problem(config.source, config.source_options, seed, split)
 
 
 def _check_problems(config: CodeConfig) -> None:

@@ -34,12 +34,13 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from verl_mas.dataset import AGENT_NAME, SPLITS, data_source
-from verl_mas.env import Message, MultiAgentEnv, StepResult, Task, Workflow, register_env
+from verl_mas.env import StepResult, Task, register_env
 from verl_mas.env.replies import extract_python
 from verl_mas.math_data import FORMS, Form, MathProblem
 from verl_mas.math_grading import final_answer, grade_answer, last_boxed
 
 from .math_problems import check_source, file_problem, file_problems, generated_problem
+from .problem_team import ProblemTeamEnv
 from .toolplan import INVALID_OUTPUT_REWARD, READ_LIMIT_NOTE, SHOWN_OUTPUT_CHARS, Unreadable, run_tool_program
 
 ROLES = ("reasoner", "tool")
@@ -148,8 +149,12 @@ BRIEF_NAMES = {"reasoner": "R", "tool": "T"}
 
 
 @register_env("math")
-class MathEnv(MultiAgentEnv):
+class MathEnv(ProblemTeamEnv[MathConfig, MathProblem, MathState]):
     """Math for a reasoner and a tool agent (parallel), or the reasoner alone."""
+
+    label = "math"
+    team_roles = ROLES
+    single_agent_roles = SINGLE_AGENT_ROLES
 
     def __init__(
         self,
@@ -165,7 +170,7 @@ class MathEnv(MultiAgentEnv):
         code_time_limit_s: float = 5.0,
         grade_time_limit_s: float = 5.0,
     ) -> None:
-        self.base_config = MathConfig(
+        config = MathConfig(
             source=source,
             source_options=dict(source_options or {}),
             data_file=data_file,
@@ -178,53 +183,21 @@ class MathEnv(MultiAgentEnv):
             code_time_limit_s=code_time_limit_s,
             grade_time_limit_s=grade_time_limit_s,
         )
-        self.config = self.base_config
-        self._problem: MathProblem | None = None
-        self._state: MathState | None = None
-        _check_problems(self.config)
+        super().__init__(config)
+        _check_problems(config)
 
-    # --- MultiAgentEnv -------------------------------------------------------------------------------------------
+    def _task_problem(self, config: MathConfig, seed: int, split: str) -> MathProblem:
+        if config.problem is not None and config.answer is not None:
+            return MathProblem(config.problem.strip(), config.answer.strip())
+        if config.data_file is not None:
+            return file_problem(config.data_file, config.data_form, seed, split)
+        return generated_problem(config.source, config.source_options, seed, split)
 
-    @property
-    def blocking_step(self) -> bool:
-        # every step may wait: on a tool program in the sandbox, and on a grading worker (up to its deadline)
-        return True
-
-    @property
-    def roles(self) -> tuple[str, ...]:
-        return SINGLE_AGENT_ROLES if self.config.single_agent else ROLES
-
-    def workflow(self) -> Workflow:
-        return Workflow(roles=self.roles, mode="parallel", max_turns=self.config.max_turns)
-
-    def reset(self, task: Task) -> None:
-        try:
-            self.config = replace(self.base_config, **task.options)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"bad math options in task {task.uid!r}: {exc}") from exc
-        self.load(_task_problem(self.config, task.seed, task.split))
-
-    def load(self, problem: MathProblem) -> None:
-        """Start an episode on `problem` (reset does this with the task's; tests with a hand-written one)."""
-        self._problem = problem
-        self._state = MathState()
-
-    def clone(self) -> MathEnv:
-        twin = object.__new__(type(self))
-        twin.base_config, twin.config = self.base_config, self.config
-        twin._problem, twin._state = self._problem, self._state
-        return twin
-
-    @property
-    def done(self) -> bool:
-        return self.state.outcome != "playing"
+    def _new_state(self) -> MathState:
+        return MathState()
 
     def success(self) -> bool:
         return self.done and self.state.team is not None and self.state.team.correct
-
-    def observe(self, role: str) -> list[Message]:
-        self._check_role(role)
-        return [{"role": "system", "content": self._system_prompt(role)}, {"role": "user", "content": self._user(role)}]
 
     def step(self, role: str, text: str) -> StepResult:
         self._check_role(role)
@@ -255,18 +228,6 @@ class MathEnv(MultiAgentEnv):
         return f"```python\nprint({gold!r})\n```" if role == "tool" else f"\\boxed{{{gold}}}"
 
     # --- the episode ---------------------------------------------------------------------------------------------
-
-    @property
-    def problem(self) -> MathProblem:
-        if self._problem is None:
-            raise RuntimeError("math: call reset(task) or load(problem) first")
-        return self._problem
-
-    @property
-    def state(self) -> MathState:
-        if self._state is None:
-            raise RuntimeError("math: call reset(task) or load(problem) first")
-        return self._state
 
     def _reasoner_attempt(self, text: str) -> Attempt:
         answer = final_answer(text)
@@ -333,10 +294,6 @@ class MathEnv(MultiAgentEnv):
         parts.append(ROLE_REQUESTS[role])
         return "\n\n".join(parts)
 
-    def _check_role(self, role: str) -> None:
-        if role not in self.roles:
-            raise ValueError(f"math: unknown role {role!r}; roles are {self.roles}")
-
 
 def problem_rows(
     problems: Sequence[MathProblem], split: str, options: Mapping[str, Any] | None = None
@@ -366,14 +323,6 @@ def problem_rows(
             }
         )
     return rows
-
-
-def _task_problem(config: MathConfig, seed: int, split: str) -> MathProblem:
-    if config.problem is not None and config.answer is not None:
-        return MathProblem(config.problem.strip(), config.answer.strip())
-    if config.data_file is not None:
-        return file_problem(config.data_file, config.data_form, seed, split)
-    return generated_problem(config.source, config.source_options, seed, split)
 
 
 def _check_problems(config: MathConfig) -> None:

@@ -1,0 +1,110 @@
+"""The shape math and code share: a team acting in parallel on one problem per episode, with an immutable state.
+
+A subclass names its roles and the single agent's, builds its config from the constructor's options, and supplies
+the problem of a task, a fresh state, the prompts and `step`. Here: the config a task's options override, the
+workflow, reset/load, a clone that shares the (immutable) problem and state, `done` from the state's outcome, and
+the observation as a system and a user message. Every step may block (programs in the sandbox, grading workers).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import replace
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+from verl_mas.env import Message, MultiAgentEnv, Task, Workflow
+
+
+class TeamConfig(Protocol):
+    max_turns: int
+    single_agent: bool
+
+
+class EpisodeState(Protocol):
+    outcome: str
+
+
+ConfigT = TypeVar("ConfigT", bound=TeamConfig)
+ProblemT = TypeVar("ProblemT")
+StateT = TypeVar("StateT", bound=EpisodeState)
+
+
+class ProblemTeamEnv(MultiAgentEnv, Generic[ConfigT, ProblemT, StateT]):
+    """A parallel team on one problem per episode (see the module docstring)."""
+
+    label: ClassVar[str]  # the environment's name in error messages
+    team_roles: ClassVar[tuple[str, ...]]
+    single_agent_roles: ClassVar[tuple[str, ...]]
+
+    def __init__(self, config: ConfigT) -> None:
+        self.base_config = config
+        self.config = config
+        self._problem: ProblemT | None = None
+        self._state: StateT | None = None
+
+    @abc.abstractmethod
+    def _task_problem(self, config: ConfigT, seed: int, split: str) -> ProblemT:
+        """The problem of a task's (seed, split) under `config`."""
+
+    @abc.abstractmethod
+    def _new_state(self) -> StateT:
+        """The state an episode starts in."""
+
+    @abc.abstractmethod
+    def _system_prompt(self, role: str) -> str: ...
+
+    @abc.abstractmethod
+    def _user(self, role: str) -> str: ...
+
+    @property
+    def blocking_step(self) -> bool:
+        return True
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return self.single_agent_roles if self.config.single_agent else self.team_roles
+
+    def workflow(self) -> Workflow:
+        return Workflow(roles=self.roles, mode="parallel", max_turns=self.config.max_turns)
+
+    def reset(self, task: Task) -> None:
+        try:
+            self.config = replace(self.base_config, **task.options)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"bad {self.label} options in task {task.uid!r}: {exc}") from exc
+        self.load(self._task_problem(self.config, task.seed, task.split))
+
+    def load(self, problem: ProblemT) -> None:
+        """Start an episode on `problem` (reset does this with the task's; tests with a hand-written one)."""
+        self._problem = problem
+        self._state = self._new_state()
+
+    def clone(self) -> Any:
+        twin = object.__new__(type(self))
+        twin.base_config, twin.config = self.base_config, self.config
+        twin._problem, twin._state = self._problem, self._state
+        return twin
+
+    @property
+    def done(self) -> bool:
+        return self.state.outcome != "playing"
+
+    def observe(self, role: str) -> list[Message]:
+        self._check_role(role)
+        return [{"role": "system", "content": self._system_prompt(role)}, {"role": "user", "content": self._user(role)}]
+
+    @property
+    def problem(self) -> ProblemT:
+        if self._problem is None:
+            raise RuntimeError(f"{self.label}: call reset(task) or load(problem) first")
+        return self._problem
+
+    @property
+    def state(self) -> StateT:
+        if self._state is None:
+            raise RuntimeError(f"{self.label}: call reset(task) or load(problem) first")
+        return self._state
+
+    def _check_role(self, role: str) -> None:
+        if role not in self.roles:
+            raise ValueError(f"{self.label}: unknown role {role!r}; roles are {self.roles}")
