@@ -35,6 +35,7 @@ from verl_mas.code_cases import CallCase, CodeProblem, StdinCase, literal_value
 from verl_mas.env import split_of
 from verl_mas.sandbox import SandboxLimits, run_python
 
+from .problem_team import by_split, file_by_split, pick
 from .toolplan import draw_board
 
 SOURCES = ("arithmetic", "humaneval", "codeio")
@@ -69,9 +70,7 @@ def task_problem(source: str, options: Mapping[str, Any], seed: int, split: str)
         # split by the expression (the uid), not the statement: brief prompts show only the expression
         return draw_board(key, seed, split, lambda rng: arithmetic_problem(rng, terms, variables), _uid)
     if source == "humaneval":
-        from verl_mas.code_data import humaneval_problems
-
-        return _pick(_by_split(humaneval_problems())[split], seed, "humaneval", split)
+        return pick(_humaneval_by_split()[split], seed, "humaneval", split)
     entries = _codeio_entries(options.get("difficulty"))
     indices = [i for i, entry in enumerate(entries) if split_of(entry["task_description"]) == split]
     if not indices:
@@ -85,16 +84,12 @@ def task_problem(source: str, options: Mapping[str, Any], seed: int, split: str)
 
 def file_problem(path: str, form: str, seed: int, split: str) -> CodeProblem:
     """The problem of (seed, split) among the problems of `split` in the file at `path`."""
-    return _pick(file_problems(path, form)[split], seed, path, split)
+    return pick(file_problems(path, form)[split], seed, path, split)
 
 
 def file_problems(path: str, form: str) -> dict[str, tuple[CodeProblem, ...]]:
     """The problems of the file at `path` by split (read once per process while the file is unchanged)."""
-    try:
-        stat = os.stat(path)
-    except OSError as exc:
-        raise ValueError(f"code data_file {path!r}: {exc.strerror}") from exc
-    return _split_file(os.path.realpath(path), stat.st_mtime_ns, stat.st_size, form)
+    return file_by_split(path, form, _load_file, _statement, "code")
 
 
 # --- arithmetic --------------------------------------------------------------------------------------------------
@@ -187,22 +182,21 @@ def _uid(problem: CodeProblem) -> str:
 # --- shipped sets and files --------------------------------------------------------------------------------------
 
 
-def _pick(problems: tuple[CodeProblem, ...], seed: int, where: str, split: str) -> CodeProblem:
-    if not problems:
-        raise ValueError(f"{where}: none of its problems falls in the {split} split")
-    return problems[seed % len(problems)]
+def _statement(problem: CodeProblem) -> str:
+    return problem.statement
 
 
-def _by_split(problems: tuple[CodeProblem, ...]) -> dict[str, tuple[CodeProblem, ...]]:
-    splits = [split_of(problem.statement) for problem in problems]
-    return {split: tuple(p for p, s in zip(problems, splits, strict=True) if s == split) for split in ("train", "eval")}
+@functools.cache
+def _humaneval_by_split() -> dict[str, tuple[CodeProblem, ...]]:
+    from verl_mas.code_data import humaneval_problems
+
+    return by_split(humaneval_problems(), _statement)
 
 
-@functools.lru_cache(maxsize=8)
-def _split_file(path: str, mtime_ns: int, size: int, form: str) -> dict[str, tuple[CodeProblem, ...]]:
+def _load_file(path: str, form: str) -> tuple[CodeProblem, ...]:
     from verl_mas.code_data import load_code_problems
 
-    return _by_split(load_code_problems(path, form))
+    return load_code_problems(path, form)
 
 
 @functools.lru_cache(maxsize=16)

@@ -8,14 +8,12 @@ when it changes.
 
 from __future__ import annotations
 
-import functools
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from verl_mas.env import split_of
 from verl_mas.math_data import Form, MathProblem, load_problems
 
+from .problem_team import file_by_split, pick
 from .toolplan import draw_board
 
 
@@ -40,26 +38,16 @@ def check_source(source: str, source_options: Mapping[str, Any]) -> None:
 
 def file_problem(path: str, form: Form, seed: int, split: str) -> MathProblem:
     """The problem of (seed, split) among the problems of `split` in the file at `path`."""
-    problems = file_problems(path, form)[split]
-    if not problems:
-        raise ValueError(f"{path}: none of its problems falls in the {split} split")
-    return problems[seed % len(problems)]
+    return pick(file_problems(path, form)[split], seed, path, split)
 
 
 def file_problems(path: str, form: Form) -> dict[str, tuple[MathProblem, ...]]:
     """The problems of the file at `path` by split (read once per process while the file is unchanged)."""
-    try:
-        stat = os.stat(path)
-    except OSError as exc:
-        raise ValueError(f"math data_file {path!r}: {exc.strerror}") from exc
-    return _split_file(os.path.realpath(path), stat.st_mtime_ns, stat.st_size, form)
+    return file_by_split(path, form, load_problems, _text, "math")
 
 
-@functools.lru_cache(maxsize=8)
-def _split_file(path: str, mtime_ns: int, size: int, form: Form) -> dict[str, tuple[MathProblem, ...]]:
-    problems = load_problems(path, form)
-    splits = [split_of(problem.problem) for problem in problems]
-    return {split: tuple(p for p, s in zip(problems, splits, strict=True) if s == split) for split in ("train", "eval")}
+def _text(problem: MathProblem) -> str:
+    return problem.problem
 
 
 def _generate(source: str, source_options: Mapping[str, Any], seed: int) -> MathProblem:

@@ -9,10 +9,13 @@ the observation as a system and a user message. Every step may block (programs i
 from __future__ import annotations
 
 import abc
+import functools
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
-from verl_mas.env import Message, MultiAgentEnv, Task, Workflow
+from verl_mas.env import Message, MultiAgentEnv, Task, Workflow, split_of
 
 
 class TeamConfig(Protocol):
@@ -108,3 +111,32 @@ class ProblemTeamEnv(MultiAgentEnv, Generic[ConfigT, ProblemT, StateT]):
     def _check_role(self, role: str) -> None:
         if role not in self.roles:
             raise ValueError(f"{self.label}: unknown role {role!r}; roles are {self.roles}")
+
+
+def by_split(problems: Sequence[ProblemT], key: Callable[[ProblemT], str]) -> dict[str, tuple[ProblemT, ...]]:
+    """`problems` by the split of `key(problem)` (a stable hash): no problem is in both."""
+    splits = [split_of(key(problem)) for problem in problems]
+    return {split: tuple(p for p, s in zip(problems, splits, strict=True) if s == split) for split in ("train", "eval")}
+
+
+def file_by_split(
+    path: str, form: str, load: Callable[[str, str], Sequence[Any]], key: Callable[[Any], str], label: str
+) -> dict[str, tuple[Any, ...]]:
+    """The problems `load(path, form)` reads, by split; read once per process while the file is unchanged."""
+    try:
+        stat = os.stat(path)
+    except OSError as exc:
+        raise ValueError(f"{label} data_file {path!r}: {exc.strerror}") from exc
+    return _file_by_split(os.path.realpath(path), stat.st_mtime_ns, stat.st_size, form, load, key)
+
+
+@functools.lru_cache(maxsize=8)
+def _file_by_split(path: str, mtime_ns: int, size: int, form: str, load, key) -> dict[str, tuple[Any, ...]]:
+    return by_split(load(path, form), key)
+
+
+def pick(problems: Sequence[ProblemT], seed: int, where: str, split: str) -> ProblemT:
+    """The problem a task seed picks among its split's."""
+    if not problems:
+        raise ValueError(f"{where}: none of its problems falls in the {split} split")
+    return problems[seed % len(problems)]
