@@ -138,7 +138,8 @@ def literal_value(source: str) -> Any:
 
 
 def values_equal(expected: Any, actual: Any) -> bool:
-    """Python's `==`, except that floats compare within FLOAT_REL_TOL (a program's 0.30000000000000004 is 0.3)."""
+    """Python's `==`, except that floats compare within FLOAT_REL_TOL (a program's 0.30000000000000004 is 0.3) and
+    a list equals a tuple of equal items (JSON, where most sets' answers come from, has lists only)."""
     if _is_number(expected) and _is_number(actual):
         if isinstance(expected, float) or isinstance(actual, float):
             if math.isnan(expected) or math.isnan(actual):
@@ -147,7 +148,7 @@ def values_equal(expected: Any, actual: Any) -> bool:
         return expected == actual
     if isinstance(expected, list | tuple):
         return (
-            type(expected) is type(actual)
+            isinstance(actual, list | tuple)
             and len(expected) == len(actual)
             and all(values_equal(e, a) for e, a in zip(expected, actual, strict=True))
         )
