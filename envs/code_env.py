@@ -46,7 +46,7 @@ from verl_mas.env import StepResult, register_env
 from verl_mas.env.replies import answer_part, extract_python
 
 from .code_problems import brief_statement, check_options, file_problem, file_problems, task_problem
-from .problem_team import ProblemTeamEnv
+from .problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 from .toolplan import INVALID_OUTPUT_REWARD, READ_LIMIT_NOTE
 
 ROLES = ("coder", "tester")
@@ -64,6 +64,7 @@ class CodeConfig:
     source_options: Mapping[str, Any] = field(default_factory=dict)
     data_file: str | None = None
     data_form: str = "auto"
+    file_split: FileSplit = "hash"  # "all": every problem of data_file in both splits
     max_turns: int = 3
     single_agent: bool = False
     brief_prompts: bool = False
@@ -78,6 +79,8 @@ class CodeConfig:
             raise ValueError(f"source_options must be a mapping, got {self.source_options!r}")
         if self.data_file is not None and not (isinstance(self.data_file, str) and self.data_file):
             raise ValueError(f"data_file must be a path, got {self.data_file!r}")
+        if self.file_split not in FILE_SPLITS:
+            raise ValueError(f"file_split must be one of {FILE_SPLITS}, got {self.file_split!r}")
         for key, low in (("max_turns", 1), ("max_tester_cases", 1), ("wrong_programs", 0), ("shown_mismatches", 0)):
             value = getattr(self, key)
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
@@ -173,6 +176,7 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
     """Code for a coder and a tester (parallel), or the coder alone."""
 
     label = "code"
+    problem_source_options = frozenset({"source", "source_options", "data_file", "data_form", "file_split"})
     team_roles = ROLES
     single_agent_roles = SINGLE_AGENT_ROLES
 
@@ -186,7 +190,7 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
 
     def _task_problem(self, config: CodeConfig, seed: int, split: str) -> CodeProblem:
         if config.data_file is not None:
-            return file_problem(config.data_file, config.data_form, seed, split)
+            return file_problem(config.data_file, config.data_form, seed, split, config.file_split)
         return task_problem(config.source, config.source_options, seed, split)
 
     def _new_state(self) -> CodeState:
@@ -481,6 +485,10 @@ def _check_problems(config: CodeConfig) -> None:
     if config.data_file is None:
         check_options(config.source, config.source_options)
         return
-    empty = [split for split, problems in file_problems(config.data_file, config.data_form).items() if not problems]
+    empty = [
+        split
+        for split, problems in file_problems(config.data_file, config.data_form, config.file_split).items()
+        if not problems
+    ]
     if empty:
         raise ValueError(f"{config.data_file}: no problem falls in the {empty[0]} split (too few problems)")

@@ -35,7 +35,7 @@ from verl_mas.code_cases import CallCase, CodeProblem, StdinCase, literal_value
 from verl_mas.env import split_of
 from verl_mas.sandbox import SandboxLimits, run_python
 
-from .problem_team import by_split, file_by_split, pick
+from .problem_team import FileSplit, by_split, file_by_split, pick
 from .toolplan import draw_board
 
 SOURCES = ("arithmetic", "humaneval", "codeio")
@@ -82,14 +82,14 @@ def task_problem(source: str, options: Mapping[str, Any], seed: int, split: str)
     raise ValueError(f"code source codeio: no usable problem in the {split} split")
 
 
-def file_problem(path: str, form: str, seed: int, split: str) -> CodeProblem:
+def file_problem(path: str, form: str, seed: int, split: str, file_split: FileSplit = "hash") -> CodeProblem:
     """The problem of (seed, split) among the problems of `split` in the file at `path`."""
-    return pick(file_problems(path, form)[split], seed, path, split)
+    return pick(file_problems(path, form, file_split)[split], seed, path, split)
 
 
-def file_problems(path: str, form: str) -> dict[str, tuple[CodeProblem, ...]]:
+def file_problems(path: str, form: str, file_split: FileSplit = "hash") -> dict[str, tuple[CodeProblem, ...]]:
     """The problems of the file at `path` by split (read once per process while the file is unchanged)."""
-    return file_by_split(path, form, _load_file, _statement, "code")
+    return file_by_split(path, form, _load_file, _statement, "code", file_split)
 
 
 # --- arithmetic --------------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from verl_mas.math_data import FORMS, Form, MathProblem
 from verl_mas.math_grading import final_answer, grade_answer, last_boxed
 
 from .math_problems import check_source, file_problem, file_problems, generated_problem
-from .problem_team import ProblemTeamEnv
+from .problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 from .toolplan import INVALID_OUTPUT_REWARD, READ_LIMIT_NOTE, SHOWN_OUTPUT_CHARS, Unreadable, run_tool_program
 
 ROLES = ("reasoner", "tool")
@@ -56,6 +56,7 @@ class MathConfig:
     source_options: Mapping[str, Any] = field(default_factory=dict)  # its config, e.g. {"max_terms": 3}
     data_file: str | None = None  # a problem file (parquet/jsonl) instead of the generator
     data_form: Form = "auto"
+    file_split: FileSplit = "hash"  # "all": every problem of data_file in both splits
     problem: str | None = None  # one problem given inline (with its answer), as `problem_rows` writes them
     answer: str | None = None
     max_turns: int = 3
@@ -71,6 +72,8 @@ class MathConfig:
             raise ValueError(f"source_options must be a mapping, got {self.source_options!r}")
         if self.data_file is not None and not (isinstance(self.data_file, str) and self.data_file):
             raise ValueError(f"data_file must be a path, got {self.data_file!r}")
+        if self.file_split not in FILE_SPLITS:
+            raise ValueError(f"file_split must be one of {FILE_SPLITS}, got {self.file_split!r}")
         if self.data_form not in FORMS:
             raise ValueError(f"data_form must be one of {FORMS}, got {self.data_form!r}")
         inline = (self.problem, self.answer)
@@ -153,6 +156,9 @@ class MathEnv(ProblemTeamEnv[MathConfig, MathProblem, MathState]):
     """Math for a reasoner and a tool agent (parallel), or the reasoner alone."""
 
     label = "math"
+    problem_source_options = frozenset(
+        {"source", "source_options", "data_file", "data_form", "file_split", "problem", "answer"}
+    )
     team_roles = ROLES
     single_agent_roles = SINGLE_AGENT_ROLES
 
@@ -162,6 +168,7 @@ class MathEnv(ProblemTeamEnv[MathConfig, MathProblem, MathState]):
         source_options: Mapping[str, Any] | None = None,
         data_file: str | None = None,
         data_form: Form = "auto",
+        file_split: FileSplit = "hash",
         problem: str | None = None,
         answer: str | None = None,
         max_turns: int = 3,
@@ -175,6 +182,7 @@ class MathEnv(ProblemTeamEnv[MathConfig, MathProblem, MathState]):
             source_options=dict(source_options or {}),
             data_file=data_file,
             data_form=data_form,
+            file_split=file_split,
             problem=problem,
             answer=answer,
             max_turns=max_turns,
@@ -190,7 +198,7 @@ class MathEnv(ProblemTeamEnv[MathConfig, MathProblem, MathState]):
         if config.problem is not None and config.answer is not None:
             return MathProblem(config.problem.strip(), config.answer.strip())
         if config.data_file is not None:
-            return file_problem(config.data_file, config.data_form, seed, split)
+            return file_problem(config.data_file, config.data_form, seed, split, config.file_split)
         return generated_problem(config.source, config.source_options, seed, split)
 
     def _new_state(self) -> MathState:
@@ -332,7 +340,7 @@ def _check_problems(config: MathConfig) -> None:
     if config.data_file is None:
         check_source(config.source, config.source_options)
         return
-    by_split = file_problems(config.data_file, config.data_form)
+    by_split = file_problems(config.data_file, config.data_form, config.file_split)
     empty = [split for split, problems in by_split.items() if not problems]
     if empty:
         raise ValueError(f"{config.data_file}: no problem falls in the {empty[0]} split (too few problems)")

@@ -13,7 +13,7 @@ from typing import Any
 
 from verl_mas.math_data import Form, MathProblem, load_problems
 
-from .problem_team import file_by_split, pick
+from .problem_team import FileSplit, file_by_split, pick
 from .toolplan import draw_board
 
 
@@ -36,14 +36,14 @@ def check_source(source: str, source_options: Mapping[str, Any]) -> None:
         raise ValueError(f"math source {source!r} with options {dict(source_options)!r}: {exc!r}") from exc
 
 
-def file_problem(path: str, form: Form, seed: int, split: str) -> MathProblem:
+def file_problem(path: str, form: Form, seed: int, split: str, file_split: FileSplit = "hash") -> MathProblem:
     """The problem of (seed, split) among the problems of `split` in the file at `path`."""
-    return pick(file_problems(path, form)[split], seed, path, split)
+    return pick(file_problems(path, form, file_split)[split], seed, path, split)
 
 
-def file_problems(path: str, form: Form) -> dict[str, tuple[MathProblem, ...]]:
+def file_problems(path: str, form: Form, file_split: FileSplit = "hash") -> dict[str, tuple[MathProblem, ...]]:
     """The problems of the file at `path` by split (read once per process while the file is unchanged)."""
-    return file_by_split(path, form, load_problems, _text, "math")
+    return file_by_split(path, form, load_problems, _text, "math", file_split)
 
 
 def _text(problem: MathProblem) -> str:

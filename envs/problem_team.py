@@ -13,7 +13,7 @@ import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from verl_mas.env import Message, MultiAgentEnv, Task, Workflow, split_of
 
@@ -27,6 +27,8 @@ class EpisodeState(Protocol):
     outcome: str
 
 
+FileSplit = Literal["hash", "all"]
+FILE_SPLITS: tuple[FileSplit, ...] = ("hash", "all")
 ConfigT = TypeVar("ConfigT", bound=TeamConfig)
 ProblemT = TypeVar("ProblemT")
 StateT = TypeVar("StateT", bound=EpisodeState)
@@ -120,14 +122,29 @@ def by_split(problems: Sequence[ProblemT], key: Callable[[ProblemT], str]) -> di
 
 
 def file_by_split(
-    path: str, form: str, load: Callable[[str, str], Sequence[Any]], key: Callable[[Any], str], label: str
+    path: str,
+    form: str,
+    load: Callable[[str, str], Sequence[Any]],
+    key: Callable[[Any], str],
+    label: str,
+    file_split: FileSplit = "hash",
 ) -> dict[str, tuple[Any, ...]]:
-    """The problems `load(path, form)` reads, by split; read once per process while the file is unchanged."""
+    """The problems `load(path, form)` reads, by split; read once per process while the file is unchanged.
+
+    `file_split="hash"` divides the file by `key` (train and eval never share a problem); "all" puts every problem in
+    both splits, for a file that is one split already (a benchmark to evaluate on, a set to train on).
+    """
+    if file_split not in FILE_SPLITS:
+        raise ValueError(f"file_split must be one of {FILE_SPLITS}, got {file_split!r}")
     try:
         stat = os.stat(path)
     except OSError as exc:
         raise ValueError(f"{label} data_file {path!r}: {exc.strerror}") from exc
-    return _file_by_split(os.path.realpath(path), stat.st_mtime_ns, stat.st_size, form, load, key)
+    problems = _file_by_split(os.path.realpath(path), stat.st_mtime_ns, stat.st_size, form, load, key)
+    if file_split == "all":
+        every = problems["train"] + problems["eval"]
+        return {"train": every, "eval": every}
+    return problems
 
 
 @functools.lru_cache(maxsize=8)

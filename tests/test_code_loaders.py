@@ -14,6 +14,7 @@ import pytest
 from verl_mas.code_cases import CallCase, ScriptCase, StdinCase
 from verl_mas.code_data import humaneval_cases, humaneval_problems, load_code_problems
 from verl_mas.code_judge import Program, judge
+from verl_mas.env import Task
 from verl_mas_envs.code_env import CodeEnv
 
 APPS_STDIN = {
@@ -188,3 +189,17 @@ def test_every_canonical_humaneval_solution_succeeds_through_the_environment_and
         env.load(problem)
         stub = f"```python\ndef {problem.fn_name}(*args, **kwargs):\n    return None\n```"
         assert env.clone().step("coder", stub).team_reward == 0.0, problem.uid
+
+
+def test_file_split_all_puts_every_problem_of_a_file_in_both_splits(tmp_path) -> None:
+    rows = [{**APPS_STDIN, "problem_id": n, "question": f"Task {n}: print the sum."} for n in range(10)]
+    path = write_jsonl(tmp_path / "apps.jsonl", rows)
+    env = CodeEnv(data_file=path, file_split="all", wrong_programs=0)
+    for split in ("train", "eval"):
+        seen = set()
+        for seed in range(10):
+            env.reset(Task(f"t{seed}", "code", seed, split))
+            seen.add(env.problem.statement)
+        assert len(seen) == 10
+    with pytest.raises(ValueError, match="file_split must be one of"):
+        CodeEnv(data_file=path, file_split="half")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from pprint import pprint
+from typing import Any
 
 import hydra
 import ray
@@ -19,6 +21,7 @@ from verl.utils.logging_utils import configure_verl_logging
 
 import verl_mas.plugin  # noqa: F401  (registers the at_grpo estimator in this process)
 from verl_mas.dataset import read_tasks
+from verl_mas.env import get_env_class
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported
 from verl_mas.verl_engine.cpu import select_cpu
 
@@ -76,14 +79,20 @@ def check_attention(config: DictConfig, flash_attn_installed: bool | None = None
 
 
 def check_data_files(key: str, files: str | ListConfig | list[str] | None, mas: MasConfig) -> None:
-    """Every local file of `key` exists and holds tasks of `mas.env` written with `mas.env_options`.
+    """Every local file of `key` exists and holds tasks of `mas.env` written with `mas.env_options`, up to the
+    environment's `problem_source_options` (which problems a task plays: train and eval rows may differ in them).
 
     A remote file (a path with a URL scheme, e.g. hdfs://) is left to verl, which copies it at start.
     """
     if files is None:
         raise MasConfigError(f"{key}: missing; write the files with `verl-mas data --env {mas.env} --out DIR`")
     paths = [files] if isinstance(files, str) else list(files)
-    expected_options = json.dumps(dict(mas.env_options), sort_keys=True)
+    free = get_env_class(mas.env).problem_source_options
+
+    def compared(options: Mapping[str, Any]) -> str:
+        return json.dumps({k: v for k, v in options.items() if k not in free}, sort_keys=True)
+
+    expected_options = compared(mas.env_options)
     for path in paths:
         if "://" in str(path):
             continue
@@ -96,7 +105,7 @@ def check_data_files(key: str, files: str | ListConfig | list[str] | None, mas: 
         for number, task in enumerate(tasks):
             if task.env != mas.env:
                 raise MasConfigError(f"{key}: {path}: row {number} is a {task.env!r} task, but mas.env is {mas.env!r}")
-            if json.dumps(task.options, sort_keys=True) != expected_options:
+            if compared(task.options) != expected_options:
                 raise MasConfigError(
                     f"{key}: {path}: row {number} was written with options {task.options}, but mas.env_options is "
                     f"{dict(mas.env_options)}; write the data with the same options"

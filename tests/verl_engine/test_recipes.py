@@ -318,6 +318,22 @@ def test_check_config_leaves_remote_data_files_to_verl(base_config):
     assert check_config(config).env == "sudoku"
 
 
+def test_train_and_eval_rows_may_play_different_problem_sets_but_nothing_else(tmp_path):
+    """Rows may differ from mas.env_options in the env's problem-source options only (train on one file, evaluate
+    on another); any other difference (here max_turns) is still refused."""
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(f'{{"problem": "What is {n} + {n}?", "answer": "{2 * n}"}}\n' for n in range(12)))
+    train = write_data(tmp_path / "train", "math", ["source=basic_arithmetic"])
+    evaluation = write_data(tmp_path / "eval", "math", [f"data_file={problems}", "file_split=all"])
+    files = [train[0], evaluation[1]]  # the generator's train rows, the file's eval rows
+    config = composed(CONFIG_DIR, "mas_trainer", ["mas.env=math", *files])
+    assert check_config(config).env == "math"
+    other = write_data(tmp_path / "other", "math", [f"data_file={problems}", "file_split=all", "max_turns=2"])
+    config = composed(CONFIG_DIR, "mas_trainer", ["mas.env=math", train[0], other[1]])
+    with pytest.raises(MasConfigError, match=r"data\.val_files: .* row 0 was written with options"):
+        check_config(config)
+
+
 def test_main_checks_before_it_hands_the_config_to_ray(base_config, monkeypatch, capsys):
     launched = []
     monkeypatch.setattr("verl_mas.main.run_ppo", lambda config, task_runner_class: launched.append(task_runner_class))

@@ -80,6 +80,9 @@ class MultiAgentEnv(abc.ABC):
 
     #: registry name, set by `register_env`
     name: str = ""
+    #: constructor options that only choose which problems a task plays (a problem file, a generator): the rows of
+    #: one run may differ in them, so a run can train on one set and evaluate on another
+    problem_source_options: frozenset[str] = frozenset()
 
     @property
     def blocking_step(self) -> bool:
