@@ -3,7 +3,7 @@
 # with recipes/<env>/<env>.yaml and the model, level, data and GPU overrides.
 #
 # Usage: bash recipes/launch.sh ENV SIZE LEVEL [extra hydra overrides ...]
-#   ENV    a recipe directory under recipes/: code, plan_path, sokoban or sudoku
+#   ENV    a recipe directory under recipes/: code, math, plan_path, sokoban or sudoku
 #   SIZE   1.7b (Qwen/Qwen3-1.7B, vLLM gets 60% of each GPU) or
 #          8b   (Qwen/Qwen3-8B, vLLM gets 50%; per_role also moves the optimizer states to CPU memory)
 #   LEVEL  single (one agent), shared (tool + plan on one model) or per_role (one model per role)
@@ -15,7 +15,7 @@
 # An unknown ENV, SIZE or LEVEL exits with status 2 before anything runs.
 set -euo pipefail
 
-USAGE="usage: $0 code|plan_path|sokoban|sudoku 1.7b|8b single|shared|per_role [extra hydra overrides ...]"
+USAGE="usage: $0 code|math|plan_path|sokoban|sudoku 1.7b|8b single|shared|per_role [extra hydra overrides ...]"
 ENV_NAME="${1:?$USAGE}"
 SIZE="${2:?$USAGE}"
 LEVEL="${3:?$USAGE}"

@@ -33,7 +33,7 @@ GPU_MEMORY_UTILIZATION = {"run_qwen3_1.7b.sh": "0.6", "run_qwen3_8b.sh": "0.5"}
 LEVELS = ("single", "shared", "per_role")
 SCRIPTS = sorted(RECIPES.glob("*/run_*.sh"))
 # what the fake `python` and `verl-mas` do: write their arguments, one per line, to $RECORD_DIR/<command>
-WITHOUT_RECIPE = {"math"}  # its verl recipes are not written yet: run it with python -m verl_mas.main mas.env=math
+WITHOUT_RECIPE: set[str] = set()  # every built-in environment has a recipe
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD_DIR/$(basename "$0")"\n'
 
 
@@ -73,13 +73,13 @@ def test_every_environment_has_a_complete_recipe():
     assert (
         sorted(p.name for p in RECIPES.iterdir() if p.is_dir())
         == built_in
-        == ["code", "plan_path", "sokoban", "sudoku"]
+        == ["code", "math", "plan_path", "sokoban", "sudoku"]
     )
     for env in built_in:
         files = sorted(p.name for p in (RECIPES / env).iterdir())
         assert files == sorted(["README.md", f"{env}.yaml", "run_qwen3_1.7b.sh", "run_qwen3_8b.sh"]), env
     assert sorted(p.name for p in RECIPES.iterdir() if not p.is_dir()) == ["launch.sh"]
-    assert len(SCRIPTS) == 8
+    assert len(SCRIPTS) == 10
     for script in [LAUNCHER, *SCRIPTS]:
         lines = script.read_text().splitlines()
         assert lines[0] == "#!/usr/bin/env bash" and "set -euo pipefail" in lines, script
@@ -101,7 +101,7 @@ LEVEL_OVERRIDES = {
     "shared": ["mas.env_options.single_agent=false", "mas.router=shared"],
     "per_role": ["mas.env_options.single_agent=false", "mas.router=per_role"],
 }
-TEAMS = {"code": (("coder", "tester"), ("coder",))}  # (roles, the single agent's role) where not tool and plan
+TEAMS = {"code": (("coder", "tester"), ("coder",)), "math": (("reasoner", "tool"), ("reasoner",))}  # (roles, the single agent's role) where not tool and plan
 # each script composed with one level, each level twice, the 8B per-role offload once
 COMPOSED_CASES = [
     ("plan_path", "run_qwen3_1.7b.sh", "single"),
@@ -112,6 +112,8 @@ COMPOSED_CASES = [
     ("sudoku", "run_qwen3_8b.sh", "shared"),
     ("code", "run_qwen3_1.7b.sh", "shared"),
     ("code", "run_qwen3_8b.sh", "single"),
+    ("math", "run_qwen3_1.7b.sh", "per_role"),
+    ("math", "run_qwen3_8b.sh", "shared"),
 ]
 
 
@@ -190,7 +192,8 @@ def test_run_script_launch_composes_checks_and_has_the_reference_settings(env, s
     assert config.actor_rollout_ref.model.path == MODELS[script_name]
     assert mas.env == env
     assert mas.rollout.k == (4 if env == "sokoban" else 8)
-    assert mas.rollout.max_turns == 5 and mas.rollout.alpha == 1.0 and mas.grouping == "task_role_turn"
+    assert mas.rollout.max_turns == (4 if env == "math" else 5)
+    assert mas.rollout.alpha == 1.0 and mas.grouping == "task_role_turn"
     assert config.data.train_batch_size == 32
     assert config.trainer.total_training_steps == 200
     assert config.actor_rollout_ref.actor.optim.lr == 1e-6
@@ -210,10 +213,11 @@ def test_run_script_launch_composes_checks_and_has_the_reference_settings(env, s
     # verl's dataclass nodes accept everything set in them (the actor is converted by check_config)
     omega_conf_to_dataclass(config.actor_rollout_ref.rollout)
     omega_conf_to_dataclass(config.algorithm)
-    if env == "code":  # the reference evaluates code by sampling 5 answers per problem at temperature 0.6
+    if env in ("code", "math"):  # the reference evaluates both by sampling 5 answers per problem at temperature 0.6
         val = config.actor_rollout_ref.rollout.val_kwargs
         assert (val.n, val.temperature, val.do_sample) == (5, 0.6, True)
-        assert mas.env_options["source"] == "codeio" and mas.env_options["max_turns"] == 5
+        turns = {"code": 5, "math": 4}[env]
+        assert mas.env_options["max_turns"] == mas.rollout.max_turns == turns
 
 
 UNKNOWN_LEVEL = "unknown level 'per_agent': use single, shared or per_role"
