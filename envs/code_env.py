@@ -347,6 +347,8 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
 
     def _mismatches(self) -> list[Mismatch]:
         state = self.state
+        if not state.checked:  # no program compiled yet: nothing was run on the cases
+            return []
         failed = [(case, result) for case, result in zip(state.cases, state.checked, strict=True) if not result.passed]
         return [_mismatch(case, result) for case, result in failed[: self.config.shown_mismatches]]
 

@@ -110,6 +110,17 @@ def test_a_turn_shows_both_roles_the_program_and_its_mismatches_then_ends_when_i
     assert result.done and env.state.outcome == "passed" and env.success()
 
 
+@pytest.mark.parametrize("brief", [False, True])
+def test_cases_before_any_program_compiled_show_no_mismatch(brief: bool) -> None:
+    """A turn whose coder wrote nothing runnable leaves cases with no results: the next prompts say so, no crash."""
+    env = started(max_turns=3, brief_prompts=brief)
+    env.step("coder", "no program yet")
+    env.step("tester", cases(("2 3", "5")))
+    prompts = [env.observe(role)[1]["content"] for role in ("coder", "tester")]
+    assert all("want:" not in p and "expected:" not in p for p in prompts)
+    assert brief or all("No program has compiled yet." in p for p in prompts)
+
+
 def test_hidden_cases_never_reach_a_prompt() -> None:
     env = started(max_turns=3)
     seen = [m["content"] for role in ("coder", "tester") for m in env.observe(role)]
