@@ -26,10 +26,14 @@ rebuilds its task anywhere.
 
 from __future__ import annotations
 
+import ast
 import json
 import math
+import operator
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -44,6 +48,8 @@ from .problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 from .toolplan import INVALID_OUTPUT_REWARD, READ_LIMIT_NOTE, SHOWN_OUTPUT_CHARS, Unreadable, run_tool_program
 
 ROLES = ("reasoner", "tool")
+_ARITHMETIC = re.compile(r"[-+*/().\d ]+")
+_EXACT_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 SINGLE_AGENT_ROLES = ("reasoner",)
 Outcome = Literal["playing", "agreed", "answered", "out_of_turns"]
 
@@ -233,7 +239,11 @@ class MathEnv(ProblemTeamEnv[MathConfig, MathProblem, MathState]):
         if self.done:
             return None
         gold = " ".join(self.problem.answer.strip().strip("$").split())
-        return f"```python\nprint({gold!r})\n```" if role == "tool" else f"\\boxed{{{gold}}}"
+        if role == "reasoner":
+            return f"\\boxed{{{gold}}}"
+        # a program that computes the answer where the problem states it as arithmetic, else one that prints it
+        expression = arithmetic_expression(self.problem.problem, gold)
+        return f"```python\nprint({expression if expression is not None else repr(gold)})\n```"
 
     # --- the episode ---------------------------------------------------------------------------------------------
 
@@ -331,6 +341,39 @@ def problem_rows(
             }
         )
     return rows
+
+
+def arithmetic_expression(problem: str, gold: str) -> str | None:
+    """The longest arithmetic expression written in `problem` (numbers, + - * /, parentheses) whose value is `gold`
+    and which Python prints exactly, or None. Read with its AST and evaluated exactly, never with eval."""
+    try:
+        wanted = Fraction(gold)
+    except (ValueError, ZeroDivisionError):
+        return None
+    found = sorted((text.strip().rstrip(".").strip() for text in _ARITHMETIC.findall(problem)), key=len, reverse=True)
+    for text in found:
+        if any(op in text.lstrip("-") for op in "+-*/") and _exact_value(text) == wanted:
+            # Python prints a float: exact only for a short terminating decimal (54/275 would print 0.88243...)
+            return text if (wanted * 10**6).denominator == 1 else None
+    return None
+
+
+def _exact_value(text: str) -> Fraction | None:
+    def value(node: ast.expr) -> Fraction:
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return Fraction(node.value)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            return -value(node.operand) if isinstance(node.op, ast.USub) else value(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _EXACT_OPS:
+            return _EXACT_OPS[type(node.op)](value(node.left), value(node.right))
+        raise ValueError("not plain arithmetic")
+
+    if len(text) > 200:  # a problem's expression, not a power tower
+        return None
+    try:
+        return value(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, RecursionError):
+        return None
 
 
 def _check_problems(config: MathConfig) -> None:

@@ -19,7 +19,7 @@ from verl_mas.math_data import MathProblem
 from verl_mas.math_grading import grade_answer
 from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_task
 from verl_mas.router import PolicyRouter
-from verl_mas_envs.math_env import MathEnv, problem_rows
+from verl_mas_envs.math_env import MathEnv, arithmetic_expression, problem_rows
 from verl_mas_envs.toolplan import INVALID_OUTPUT_REWARD
 
 TENTHS = MathProblem("What is 1/10 + 2/10?", "\\frac{3}{10}")
@@ -331,3 +331,26 @@ def test_expert_rollout_through_the_tree_rollout() -> None:
     assert rewards == {
         ("reasoner", 0): (1.0, True), ("reasoner", 1): (0.0, False), ("tool", 0): (1.0, True), ("tool", 1): (0.0, False)
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "problem, gold, expected",
+    [
+        ("Calculate 5 - 3.", "2", "5 - 3"),
+        ("Calculate ( -9 / 9 ).", "-1", "( -9 / 9 )"),
+        ("Calculate 2 - -1.", "3", "2 - -1"),
+        ("Calculate 7 / 2.", "3.5", "7 / 2"),
+        ("Calculate 1 + 1.", "3", None),  # the written expression is not the answer
+        ("How many legs have 12 spiders?", "96", None),  # no operator: nothing to compute
+        ("Calculate 2 ** 3.", "8", None),  # powers are not plain arithmetic here
+        ("Calculate 1 / 0 + 1.", "1", None),
+        ("Simplify 44404/50320.", "54/275", None),  # Python would print 0.8824324324324324
+    ],
+)
+def test_the_tool_expert_computes_a_written_arithmetic_expression(problem, gold, expected) -> None:
+    assert arithmetic_expression(problem, gold) == expected
+    env = MathEnv()
+    env.load(MathProblem(problem, gold))
+    program = env.expert("tool")
+    assert program == f"```python\nprint({expected if expected is not None else repr(gold)})\n```"
+    assert env.clone().step("tool", program).local_reward == 1.0
