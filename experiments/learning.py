@@ -39,10 +39,37 @@ ENV_OPTIONS: dict[str, dict[str, Any]] = {
     "plan_path": {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True},
     "sokoban": {"size": 5, "boxes": 1, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True},
     "sudoku": {"size": 4, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True},
+    # two one-digit terms: the tool agent's program and the reasoner's box must agree
+    "math": {
+        "brief_prompts": True,
+        "source_options": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+        "max_turns": 2,
+    },
+    # one operation on two integers: the coder's stdin program, the tester's cases; the generated tasks bring their
+    # own known-wrong programs, so no mutant needs verifying in the sandbox
+    "code": {
+        "brief_prompts": True,
+        "source_options": {"terms": 1, "variables": 2},
+        "max_turns": 2,
+        "wrong_programs": 0,
+    },
 }
 # Training keys an env needs under every preset (presets and overrides still apply on top): a 4x4 grid in
 # <answer></answer> is 29 tokens with eos, more than the default's 24.
-ENV_KEYS: dict[str, dict[str, Any]] = {"sudoku": {"sampling": {"max_new_tokens": 32}}}
+ENV_KEYS: dict[str, dict[str, Any]] = {
+    "sudoku": {"sampling": {"max_new_tokens": 32}},
+    # a program printing the expression is up to about 30 tokens; the warm start corrupts only the reasoner's played
+    # moves, so its data holds second turns where the reasoner copies the tool's printed answer
+    "math": {
+        "sampling": {"max_new_tokens": 40},
+        "warm_start": {"tasks": 1024, "epochs": 8, "corrupt_roles": ["reasoner"]},
+    },
+    # a two-line stdin program in a fence is about 48 tokens; only the coder's played moves are corrupted
+    "code": {
+        "sampling": {"max_new_tokens": 72},
+        "warm_start": {"tasks": 1024, "epochs": 8, "corrupt_roles": ["coder"]},
+    },
+}
 # Keys each run's config gets from the script (its flags or the method), not from key=value overrides.
 SCRIPT_KEYS = ("env", "seed", "steps", "output_dir", "router", "grouping", "rollout_mode", "resume", "preset")
 
