@@ -4,8 +4,11 @@ File forms (a parquet or jsonl file holds one; "auto" tells them apart by the fi
 JSON text or already decoded (parquet):
 - "apps" (codeparrot/apps): `question`, `input_output` ({"inputs", "outputs", optional "fn_name"}), `solutions`
   (a list of programs), `starter_code`. With `fn_name` the task is a function: each input is the argument list and
-  each output the return value, which APPS wraps in a one-element list (unwrapped here). The statement shows its
-  examples, so no case is visible apart from it.
+  each output the return value, which APPS wraps in a one-element list: a one-element list is unwrapped (APPS's
+  judge accepts either the list or its item; a case has one expected value, so an unwrapped output `[x]` reads as
+  `x`). Object keys that all read as integers become integers, as APPS's judge does for the dicts JSON gave text
+  keys. The statement shows its examples, so no case is visible apart from it. A row with empty `input_output`
+  has no tests and is refused.
 - "code_contests" (deepmind/code_contests): `description`, `public_tests`, `private_tests`, `generated_tests`
   ({"input": [...], "output": [...]}), `solutions` and `incorrect_solutions` ({"language": [...], "solution": [...]},
   language 3 is Python 3). Visible: the public tests; hidden: private and generated (the public ones without them).
@@ -13,7 +16,7 @@ JSON text or already decoded (parquet):
 - "livecodebench" (livecodebench/code_generation_lite): `question_content`, `starter_code`, `public_test_cases`,
   `private_test_cases` (JSON text, or base64 of zlib of a pickle of that text: only plain strings and containers
   are unpickled, never a class or a function), `metadata` ({"func_name"}). Functional cases: one JSON value per
-  input line, one per argument. Visible: public; hidden: private (public without them).
+  input line, one per argument; the output is a JSON value. Visible: public; hidden: private (public without them).
 A malformed row is a ValueError naming the file and the row (0-based), raised before anything is returned.
 """
 
@@ -28,7 +31,7 @@ import io
 import json
 import pickle
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,14 +42,14 @@ Form = Literal["auto", "apps", "code_contests", "livecodebench"]
 FORMS: tuple[Form, ...] = ("auto", "apps", "code_contests", "livecodebench")
 PYTHON3 = 3  # CodeContests' language enum
 MAX_WRONG = 3
-_FORM_KEYS: dict[str, tuple[str, ...]] = {
+_FORM_KEYS: dict[Form, tuple[str, ...]] = {
     "apps": ("question", "input_output"),
     "code_contests": ("description", "public_tests"),
     "livecodebench": ("question_content", "public_test_cases"),
 }
 
 
-def load_code_problems(path: str | Path, form: str = "auto") -> tuple[CodeProblem, ...]:
+def load_code_problems(path: str | Path, form: Form = "auto") -> tuple[CodeProblem, ...]:
     """Every problem of a parquet or jsonl file in `form`."""
     if form not in FORMS:
         raise ValueError(f"unknown code data form {form!r}; forms are {FORMS}")
@@ -69,7 +72,7 @@ def load_code_problems(path: str | Path, form: str = "auto") -> tuple[CodeProble
     return tuple(problems)
 
 
-def detect_form(row: Any, where: str) -> str:
+def detect_form(row: Any, where: str) -> Form:
     """The form whose keys `row` has."""
     if isinstance(row, Mapping):
         for form, keys in _FORM_KEYS.items():
@@ -110,14 +113,20 @@ def humaneval_cases(test: str) -> tuple[TestCase, ...]:
     `assert candidate(literals) == literal` (either side), `assert candidate(...)`, `assert not candidate(...)` and
     `assert candidate(...) is True/False/None` become call cases; anything else (loops, tolerances, helpers) becomes a
     script case: the module's other statements and `check`'s earlier statements without an assert, then this one.
+    An assert of a constant (`assert True, "..."`, 48 of them) checks nothing and is dropped, and a call case that
+    repeats an earlier one is kept once.
     """
     module = ast.parse(test)
-    setup = [node for node in module.body if not (isinstance(node, ast.FunctionDef) and node.name == "check")]
-    check = next(node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "check")
+    checks = [node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "check"]
+    if len(checks) != 1:
+        raise ValueError(f"a HumanEval test defines check once, found {len(checks)} definitions")
+    setup = [node for node in module.body if node is not checks[0]]
     cases: list[TestCase] = []
-    for statement in check.body:
+    for statement in checks[0].body:
         if not any(isinstance(node, ast.Assert) for node in ast.walk(statement)):
             setup.append(statement)
+            continue
+        if isinstance(statement, ast.Assert) and not any(isinstance(n, ast.Name) for n in ast.walk(statement.test)):
             continue
         call = _call_case(statement) if isinstance(statement, ast.Assert) else None
         if call is None:
@@ -135,10 +144,15 @@ def _call_case(statement: ast.Assert) -> CallCase | None:
         left, right = test.left, test.comparators[0]
         if isinstance(test.ops[0], ast.Eq):
             return _literal_call(left, right) or _literal_call(right, left)
-        if isinstance(test.ops[0], ast.Is) and isinstance(right, ast.Constant) and right.value in (True, False, None):
+        # identity, not `in`: `1 in (True, False, None)` holds
+        if isinstance(test.ops[0], ast.Is) and isinstance(right, ast.Constant) and _is_singleton(right.value):
             return _literal_call(left, right)
         return None
     return _literal_call(test, ast.Constant(True))
+
+
+def _is_singleton(value: Any) -> bool:
+    return value is True or value is False or value is None
 
 
 def _literal_call(call: ast.expr, expected: ast.expr) -> CallCase | None:
@@ -156,19 +170,19 @@ def _literal_call(call: ast.expr, expected: ast.expr) -> CallCase | None:
 
 
 def _apps(row: Mapping[str, Any], where: str) -> CodeProblem:
-    tests = _decoded(row["input_output"], "input_output")
-    inputs, outputs = tests["inputs"], tests["outputs"]
+    tests = _decoded(row["input_output"], "input_output", Mapping)
+    inputs, outputs = tests.get("inputs"), tests.get("outputs")
     if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
         raise ValueError("input_output needs lists of inputs and outputs of one length")
-    solutions = _decoded(row.get("solutions") or "[]", "solutions")
+    solutions = _decoded(row.get("solutions") or "[]", "solutions", list)
     fn_name = tests.get("fn_name")
     pairs = list(zip(inputs, outputs, strict=True))
     if fn_name:
-        hidden: tuple[TestCase, ...] = tuple(_call(args, _unwrapped(out)) for args, out in pairs)
+        hidden: tuple[TestCase, ...] = tuple(_apps_call(args, out) for args, out in pairs)
     else:
         hidden = tuple(StdinCase(_text(i), _text(o)) for i, o in pairs)
     return CodeProblem(
-        uid=f"apps/{row.get('problem_id', where)}",
+        uid=f"apps/{_label(row, 'problem_id', where)}",
         statement=_required_text(row, "question"),
         style="function" if fn_name else "stdin",
         hidden=hidden,
@@ -186,7 +200,7 @@ def _code_contests(row: Mapping[str, Any], where: str) -> CodeProblem:
     correct = _python3(row.get("solutions"), "solutions")
     wrong = _python3(row.get("incorrect_solutions"), "incorrect_solutions")
     return CodeProblem(
-        uid=f"code_contests/{row.get('name') or where}",
+        uid=f"code_contests/{_label(row, 'name', where)}",
         statement=_required_text(row, "description"),
         style="stdin",
         hidden=hidden or visible,
@@ -197,16 +211,16 @@ def _code_contests(row: Mapping[str, Any], where: str) -> CodeProblem:
 
 
 def _livecodebench(row: Mapping[str, Any], where: str) -> CodeProblem:
-    metadata = _decoded(row.get("metadata") or "{}", "metadata")
-    fn_name = metadata.get("func_name") if isinstance(metadata, Mapping) else None
-    visible = _lcb_cases(_decoded(row["public_test_cases"], "public_test_cases"), "public_test_cases")
+    metadata = _decoded(row.get("metadata") or "{}", "metadata", Mapping)
+    fn_name = metadata.get("func_name")
+    visible = _lcb_cases(_decoded(row["public_test_cases"], "public_test_cases", list), "public_test_cases")
     hidden = _lcb_cases(_private_lcb(row.get("private_test_cases")), "private_test_cases")
     cases = hidden or visible
     functional = any(isinstance(case, CallCase) for case in cases)
     if functional and not fn_name:
         raise ValueError("functional test cases need metadata.func_name")
     return CodeProblem(
-        uid=f"livecodebench/{row.get('question_id') or where}",
+        uid=f"livecodebench/{_label(row, 'question_id', where)}",
         statement=_required_text(row, "question_content"),
         style="function" if functional else "stdin",
         hidden=cases,
@@ -216,36 +230,50 @@ def _livecodebench(row: Mapping[str, Any], where: str) -> CodeProblem:
     )
 
 
-def _lcb_cases(cases: Any, key: str) -> tuple[TestCase, ...]:
-    if not isinstance(cases, list):
-        raise ValueError(f"{key} must be a list of test cases")
+def _lcb_cases(cases: list[Any], key: str) -> tuple[TestCase, ...]:
     made: list[TestCase] = []
     for case in cases:
         if not isinstance(case, Mapping) or not {"input", "output"} <= set(case):
             raise ValueError(f"{key}: a test case needs input and output")
-        if case.get("testtype") == "functional":
-            arguments = [json.loads(line) for line in _text(case["input"]).splitlines() if line.strip()]
-            made.append(_call(arguments, json.loads(_text(case["output"]))))
-        else:
+        testtype = case.get("testtype")
+        if testtype == "functional":
+            lines = [line for line in _text(case["input"]).splitlines() if line.strip()]
+            arguments = [_decoded(line, f"{key}: a functional input line") for line in lines]
+            made.append(_call(arguments, _decoded(_text(case["output"]), f"{key}: a functional output")))
+        elif testtype == "stdin":
             made.append(StdinCase(_text(case["input"]), _text(case["output"])))
+        else:
+            raise ValueError(f"{key}: testtype must be 'stdin' or 'functional', got {testtype!r}")
     return tuple(made)
 
 
-def _private_lcb(value: Any) -> Any:
+def _private_lcb(value: Any) -> list[Any]:
     """LiveCodeBench's private cases: a list, JSON text, or base64(zlib(pickle(JSON text)))."""
     if value is None or value == "":
         return []
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except ValueError:
-        pass
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = _unpacked(value)
+    return _decoded(value, "private_test_cases", list)
+
+
+def _unpacked(value: str) -> str:
+    """The JSON text inside base64(zlib(pickle(text)))."""
     try:
         packed = zlib.decompress(base64.b64decode(value, validate=True))
     except (ValueError, zlib.error) as exc:
         raise ValueError("private_test_cases is neither JSON nor base64 of zlib data") from exc
-    return json.loads(_PlainUnpickler(io.BytesIO(packed)).load())
+    try:
+        text = _PlainUnpickler(io.BytesIO(packed)).load()
+    except ValueError:
+        raise
+    except Exception as exc:  # malformed bytes surface as UnpicklingError, EOFError and others
+        raise ValueError(f"private_test_cases: not a readable pickle ({type(exc).__name__}: {exc})") from None
+    if not isinstance(text, str):
+        raise ValueError(f"private_test_cases: the pickle holds {type(text).__name__}, expected JSON text")
+    return text
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -258,43 +286,69 @@ class _PlainUnpickler(pickle.Unpickler):
 def _io_cases(tests: Any, key: str) -> tuple[StdinCase, ...]:
     if tests is None:
         return ()
-    tests = _decoded(tests, key)
+    tests = _decoded(tests, key, Mapping)
     inputs, outputs = tests.get("input") or [], tests.get("output") or []
-    if len(inputs) != len(outputs):
-        raise ValueError(f"{key}: {len(inputs)} inputs but {len(outputs)} outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs):
+        raise ValueError(
+            f"{key}: needs lists of inputs and outputs of one length, got {inputs!r:.80} and {outputs!r:.80}"
+        )
     return tuple(StdinCase(_text(i), _text(o)) for i, o in zip(inputs, outputs, strict=True))
 
 
 def _python3(solutions: Any, key: str) -> list[str]:
     if solutions is None:
         return []
-    solutions = _decoded(solutions, key)
+    solutions = _decoded(solutions, key, Mapping)
     languages, programs = solutions.get("language") or [], solutions.get("solution") or []
-    if len(languages) != len(programs):
-        raise ValueError(f"{key}: {len(languages)} languages but {len(programs)} solutions")
-    return [program for language, program in zip(languages, programs, strict=True) if language == PYTHON3]
+    if not isinstance(languages, list) or not isinstance(programs, list) or len(languages) != len(programs):
+        raise ValueError(f"{key}: needs lists of languages and solutions of one length")
+    return [p for language, p in zip(languages, programs, strict=True) if language == PYTHON3 and isinstance(p, str)]
 
 
 def _call(arguments: Any, expected: Any) -> CallCase:
     """A call case from decoded JSON values (so `true`/`null` become `True`/`None`)."""
     if not isinstance(arguments, list):
-        raise ValueError(f"a function task's input must be its argument list, got {arguments!r}")
+        raise ValueError(f"a function task's input must be its argument list, got {arguments!r:.200}")
     return CallCase(", ".join(repr(a) for a in arguments), repr(expected))
 
 
-def _unwrapped(output: Any) -> Any:
-    return output[0] if isinstance(output, list) and len(output) == 1 else output
+def _apps_call(arguments: Any, output: Any) -> CallCase:
+    """APPS's conventions: the return value wrapped in a one-element list, integer dict keys turned to text by JSON."""
+    if isinstance(output, list) and len(output) == 1:
+        output = output[0]
+    if isinstance(arguments, list):
+        arguments = [_int_keys(a) for a in arguments]
+    return _call(arguments, _int_keys(output))
 
 
-def _decoded(value: Any, key: str) -> Any:
+def _int_keys(value: Any) -> Any:
+    """A dict whose keys all read as integers, with integer keys (JSON made them text); any other value as it is."""
+    if isinstance(value, dict) and value and all(isinstance(k, str) and _is_int(k) for k in value):
+        return {int(k): v for k, v in value.items()}
+    return value
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _decoded(value: Any, key: str, kind: type = object) -> Any:
+    """`value`, decoded from JSON text when it is text, which must be a `kind` (list or Mapping when given)."""
     if isinstance(value, str):
+        if not value.strip():
+            raise ValueError(f"{key} is empty")
         try:
-            return json.loads(value)
+            value = json.loads(value)
         except ValueError as exc:
             raise ValueError(f"{key} is not valid JSON: {exc}") from None
-    if isinstance(value, Sequence | Mapping):
-        return value
-    raise ValueError(f"{key} must be JSON text, a list or a mapping, got {type(value).__name__}")
+    if not isinstance(value, kind):
+        expected = "a list" if kind is list else "an object"
+        raise ValueError(f"{key} must be {expected} (or its JSON text), got {type(value).__name__}")
+    return value
 
 
 def _text(value: Any) -> str:
@@ -310,3 +364,9 @@ def _required_text(row: Mapping[str, Any], key: str) -> str:
     if not (isinstance(value, str) and value.strip()):
         raise ValueError(f"{key} must be non-empty text")
     return value
+
+
+def _label(row: Mapping[str, Any], key: str, where: str) -> str:
+    """The row's own id for its uid, or where it is when it has none (`problem_id` 0 is an id)."""
+    value = row.get(key)
+    return where if value is None or value == "" else str(value)
