@@ -265,7 +265,7 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         if correct is None or not wrong:
             return [False] * len(cases)
         programs = [self._program(source) for source in (correct, *wrong)]
-        correct_results, *wrong_results = judge_each(programs, cases, self.config.limits)
+        correct_results, *wrong_results = judge_each(programs, cases, self.config.limits, run=_judged)
         return [
             correct_results[i].passed and any(not results[i].passed for results in wrong_results)
             for i in range(len(cases))
@@ -459,12 +459,8 @@ def _written_cases(cases: Sequence[TestCase], problem: CodeProblem) -> str:
     return "```python\n" + "\n".join(lines) + "\n```"
 
 
-def _judged(program: Program, cases: tuple[TestCase, ...], limits: JudgeLimits) -> tuple[CaseResult, ...]:
-    return _judge_cached(program, cases, limits)
-
-
 @functools.lru_cache(maxsize=1024)
-def _judge_cached(program: Program, cases: tuple[TestCase, ...], limits: JudgeLimits) -> tuple[CaseResult, ...]:
+def _judged(program: Program, cases: tuple[TestCase, ...], limits: JudgeLimits) -> tuple[CaseResult, ...]:
     """Judging is deterministic given its inputs: the rollout's replay of a chosen move then costs no sandbox run."""
     return judge(program, cases, limits)
 

@@ -71,12 +71,12 @@ def task_problem(source: str, options: Mapping[str, Any], seed: int, split: str)
         return draw_board(key, seed, split, lambda rng: arithmetic_problem(rng, terms, variables), _uid)
     if source == "humaneval":
         return pick(_humaneval_by_split()[split], seed, "humaneval", split)
-    entries = _codeio_entries(options.get("difficulty"))
-    indices = [i for i, entry in enumerate(entries) if split_of(entry["task_description"]) == split]
+    difficulty = options.get("difficulty")
+    indices = _codeio_split(difficulty, split)
     if not indices:
         raise ValueError(f"code source codeio: no problem in the {split} split")
     for attempt in range(len(indices)):  # a program whose runs give no usable case is passed over
-        problem = codeio_problem(options.get("difficulty"), indices[(seed + attempt) % len(indices)])
+        problem = codeio_problem(difficulty, indices[(seed + attempt) % len(indices)])
         if problem is not None:
             return problem
     raise ValueError(f"code source codeio: no usable problem in the {split} split")
@@ -197,6 +197,13 @@ def _load_file(path: str, form: str) -> tuple[CodeProblem, ...]:
     from verl_mas.code_data import load_code_problems
 
     return load_code_problems(path, form)
+
+
+@functools.lru_cache(maxsize=32)
+def _codeio_split(difficulty: int | None, split: str) -> tuple[int, ...]:
+    """Which CodeI/O programs (of `difficulty`) are in `split`: hashed once, not on every reset."""
+    entries = _codeio_entries(difficulty)
+    return tuple(i for i, entry in enumerate(entries) if split_of(entry["task_description"]) == split)
 
 
 @functools.lru_cache(maxsize=16)

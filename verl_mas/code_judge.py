@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
@@ -112,14 +112,18 @@ def judge(program: Program, cases: Sequence[TestCase], limits: JudgeLimits = Jud
 
 
 def judge_each(
-    programs: Sequence[Program], cases: Sequence[TestCase], limits: JudgeLimits = JudgeLimits(), workers: int = 2
+    programs: Sequence[Program],
+    cases: Sequence[TestCase],
+    limits: JudgeLimits = JudgeLimits(),
+    workers: int = 2,
+    run: Callable[[Program, Sequence[TestCase], JudgeLimits], tuple[CaseResult, ...]] = judge,
 ) -> list[tuple[CaseResult, ...]]:
-    """`judge` for several programs, their sandbox runs `workers` at a time (one program's run never holds another's
-    cases' results, so no program can tamper with another's verdicts)."""
+    """`run` (`judge`, or a caller's cached `judge`) for several programs, their sandbox runs `workers` at a time (one
+    program's run never holds another's cases' results, so no program can tamper with another's verdicts)."""
     if len(programs) <= 1 or workers <= 1:
-        return [judge(program, cases, limits) for program in programs]
+        return [run(program, cases, limits) for program in programs]
     with ThreadPoolExecutor(min(workers, len(programs)), thread_name_prefix="verl_mas_judge") as pool:
-        return list(pool.map(lambda program: judge(program, cases, limits), programs))
+        return list(pool.map(lambda program: run(program, cases, limits), programs))
 
 
 def pass_rate(results: Sequence[CaseResult]) -> float:

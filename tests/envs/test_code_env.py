@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verl_mas import cli
+from verl_mas import cli, code_judge
 from verl_mas.advantage import registered_estimator
 from verl_mas.code_cases import CallCase, CodeProblem, StdinCase
 from verl_mas.code_judge import Program, judge
@@ -337,3 +337,17 @@ def test_any_reply_is_a_scored_move(problem: CodeProblem, reply: str) -> None:
         for seen in env.roles:
             for message in branch.observe(seen):
                 message["content"].encode()
+
+
+def test_replaying_a_move_runs_no_program_again(monkeypatch) -> None:
+    """The rollout replays each chosen move on a fresh clone: its verdicts come from the cache, not the sandbox."""
+    runs = []
+    real = code_judge.run_python
+    monkeypatch.setattr(code_judge, "run_python", lambda *a, **k: runs.append(1) or real(*a, **k))
+    env = started()
+    reply = {"coder": python(ADDER.replace("a + b", "b + a")), "tester": cases(("17 29", "46"), ("31 -4", "27"))}
+    first = {role: env.clone().step(role, text) for role, text in reply.items()}
+    made = len(runs)
+    assert made >= 3  # the coder's program once, the tester's cases on the reference and the wrong program
+    again = {role: env.clone().step(role, text) for role, text in reply.items()}
+    assert again == first and len(runs) == made
