@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -46,6 +45,7 @@ from verl_mas.env import StepResult, register_env
 from verl_mas.env.replies import answer_part, extract_python
 
 from .code_problems import brief_statement, check_options, file_problem, file_problems, task_problem
+from .option_checks import require_flags, require_ints, require_problem_source, require_seconds
 from .problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 from .toolplan import INVALID_OUTPUT_REWARD, READ_LIMIT_NOTE
 
@@ -75,23 +75,10 @@ class CodeConfig:
     program_time_s: float = 10.0  # all the cases of one program together
 
     def __post_init__(self) -> None:
-        if not isinstance(self.source_options, Mapping):
-            raise ValueError(f"source_options must be a mapping, got {self.source_options!r}")
-        if self.data_file is not None and not (isinstance(self.data_file, str) and self.data_file):
-            raise ValueError(f"data_file must be a path, got {self.data_file!r}")
-        if self.file_split not in FILE_SPLITS:
-            raise ValueError(f"file_split must be one of {FILE_SPLITS}, got {self.file_split!r}")
-        for key, low in (("max_turns", 1), ("max_tester_cases", 1), ("wrong_programs", 0), ("shown_mismatches", 0)):
-            value = getattr(self, key)
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= low):
-                raise ValueError(f"{key} must be an int >= {low}, got {value!r}")
-        for key in ("single_agent", "brief_prompts"):
-            if not isinstance(getattr(self, key), bool):
-                raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
-        for key in ("case_time_s", "program_time_s"):
-            seconds = getattr(self, key)
-            if not (isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 < seconds < math.inf):
-                raise ValueError(f"{key} must be a positive finite number, got {seconds!r}")
+        require_problem_source(self, FILE_SPLITS)
+        require_ints(self, max_turns=1, max_tester_cases=1, wrong_programs=0, shown_mismatches=0)
+        require_flags(self, "single_agent", "brief_prompts")
+        require_seconds(self, "case_time_s", "program_time_s")
 
     @property
     def limits(self) -> JudgeLimits:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import ast
 import json
-import math
 import operator
 import re
 from collections.abc import Mapping, Sequence
@@ -44,6 +43,7 @@ from verl_mas.math_data import FORMS, Form, MathProblem
 from verl_mas.math_grading import final_answer, grade_answer, last_boxed
 
 from .math_problems import check_source, file_problem, file_problems, generated_problem
+from .option_checks import require_flags, require_ints, require_problem_source, require_seconds
 from .problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 from .toolplan import INVALID_OUTPUT_REWARD, READ_LIMIT_NOTE, SHOWN_OUTPUT_CHARS, Unreadable, run_tool_program
 
@@ -74,12 +74,7 @@ class MathConfig:
     def __post_init__(self) -> None:
         if not (isinstance(self.source, str) and self.source):
             raise ValueError(f"source must be a reasoning-gym dataset name, got {self.source!r}")
-        if not isinstance(self.source_options, Mapping):
-            raise ValueError(f"source_options must be a mapping, got {self.source_options!r}")
-        if self.data_file is not None and not (isinstance(self.data_file, str) and self.data_file):
-            raise ValueError(f"data_file must be a path, got {self.data_file!r}")
-        if self.file_split not in FILE_SPLITS:
-            raise ValueError(f"file_split must be one of {FILE_SPLITS}, got {self.file_split!r}")
+        require_problem_source(self, FILE_SPLITS)
         if self.data_form not in FORMS:
             raise ValueError(f"data_form must be one of {FORMS}, got {self.data_form!r}")
         inline = (self.problem, self.answer)
@@ -87,15 +82,9 @@ class MathConfig:
             raise ValueError(f"problem and answer must be given together, as non-empty text, got {inline!r}")
         if self.problem is not None and self.data_file is not None:
             raise ValueError("problem and data_file exclude each other")
-        if not (isinstance(self.max_turns, int) and not isinstance(self.max_turns, bool) and self.max_turns >= 1):
-            raise ValueError(f"max_turns must be an int >= 1, got {self.max_turns!r}")
-        for key in ("single_agent", "brief_prompts"):
-            if not isinstance(getattr(self, key), bool):
-                raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
-        for key in ("code_time_limit_s", "grade_time_limit_s"):
-            seconds = getattr(self, key)
-            if not (isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 < seconds < math.inf):
-                raise ValueError(f"{key} must be a positive finite number, got {seconds!r}")
+        require_ints(self, max_turns=1)
+        require_flags(self, "single_agent", "brief_prompts")
+        require_seconds(self, "code_time_limit_s", "grade_time_limit_s")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ from verl_mas.env import Message, MultiAgentEnv, StepResult, Task, Workflow, spl
 from verl_mas.env.replies import MAX_ANSWER_CHARS, extract_python
 from verl_mas.sandbox import SandboxLimits, run_python
 
+from .option_checks import require_flags, require_ints, require_seconds
+
 ToolMode = Literal["code", "compact"]
 Outcome = Literal["playing", "solved", "deadlocked", "out_of_turns"]
 
@@ -81,16 +83,11 @@ class ToolPlanConfig:
     brief_prompts: bool = False
 
     def __post_init__(self) -> None:
-        for key in ("single_agent", "brief_prompts"):
-            if not isinstance(getattr(self, key), bool):
-                raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
+        require_flags(self, "single_agent", "brief_prompts")
         if self.tool_mode not in ("code", "compact"):
             raise ValueError(f"tool_mode must be 'code' or 'compact', got {self.tool_mode!r}")
-        if not (isinstance(self.max_turns, int) and not isinstance(self.max_turns, bool) and self.max_turns >= 1):
-            raise ValueError(f"max_turns must be an int >= 1, got {self.max_turns!r}")
-        seconds = self.code_time_limit_s
-        if not (isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 < seconds < math.inf):
-            raise ValueError(f"code_time_limit_s must be a positive finite number, got {seconds!r}")
+        require_ints(self, max_turns=1)
+        require_seconds(self, "code_time_limit_s")
 
 
 @dataclass(frozen=True)
