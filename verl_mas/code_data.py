@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from verl_mas.code_cases import CallCase, CodeProblem, ScriptCase, StdinCase, TestCase
-from verl_mas.dataset import load_rows
+from verl_mas.dataset import rows_in_form
 
 Form = Literal["auto", "apps", "code_contests", "livecodebench"]
 FORMS: tuple[Form, ...] = ("auto", "apps", "code_contests", "livecodebench")
@@ -51,13 +51,7 @@ _FORM_KEYS: dict[Form, tuple[str, ...]] = {
 
 def load_code_problems(path: str | Path, form: Form = "auto") -> tuple[CodeProblem, ...]:
     """Every problem of a parquet or jsonl file in `form`."""
-    if form not in FORMS:
-        raise ValueError(f"unknown code data form {form!r}; forms are {FORMS}")
-    rows = load_rows(Path(path))
-    if not rows:
-        raise ValueError(f"{path}: no rows")
-    if form == "auto":
-        form = detect_form(rows[0], f"{path}: row 0")
+    rows, form = rows_in_form(path, form, FORMS, detect_form, "code")
     read = {"apps": _apps, "code_contests": _code_contests, "livecodebench": _livecodebench}[form]
     problems = []
     for number, row in enumerate(rows):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,19 @@ def read_tasks(path: str | Path) -> list[Task]:
             checked_options.add(key)
         tasks.append(task)
     return tasks
+
+
+def rows_in_form(
+    path: str | Path, form: str, forms: Sequence[str], detect: Callable[[Any, str], str], label: str
+) -> tuple[list[Any], str]:
+    """The rows of a problem file and their form: `form`, or for "auto" the one `detect` reads from row 0; an
+    unknown form or an empty file is a ValueError naming it."""
+    if form not in forms:
+        raise ValueError(f"unknown {label} data form {form!r}; forms are {tuple(forms)}")
+    rows = load_rows(Path(path))
+    if not rows:
+        raise ValueError(f"{path}: no rows")
+    return rows, detect(rows[0], f"{path}: row 0") if form == "auto" else form
 
 
 def load_rows(path: Path) -> list[Any]:

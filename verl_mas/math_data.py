@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from verl_mas.dataset import load_rows
+from verl_mas.dataset import rows_in_form
 
 Form = Literal["auto", "problem_answer", "aime", "olympiadbench", "prompt_ground_truth"]
 FORMS: tuple[Form, ...] = ("auto", "problem_answer", "aime", "olympiadbench", "prompt_ground_truth")
@@ -47,13 +47,7 @@ class MathProblem:
 
 def load_problems(path: str | Path, form: Form = "auto") -> tuple[MathProblem, ...]:
     """Every problem of a parquet or jsonl file in `form`."""
-    if form not in FORMS:
-        raise ValueError(f"unknown math data form {form!r}; forms are {FORMS}")
-    rows = load_rows(Path(path))
-    if not rows:
-        raise ValueError(f"{path}: no rows")
-    if form == "auto":
-        form = detect_form(rows[0], f"{path}: row 0")
+    rows, form = rows_in_form(path, form, FORMS, detect_form, "math")
     return tuple(problem_from_row(row, form, f"{path}: row {number}") for number, row in enumerate(rows))
 
 
