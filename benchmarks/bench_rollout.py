@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "testkit"))
 from mas_testkit import CounterEnv  # noqa: E402  (the test environment: cheap, deterministic)
 from verl_mas.env import Task  # noqa: E402
 from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_tasks  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ray
 from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool
 
-from verl_engine.fakes import PolicyEchoWorker
+from verl_fakes import PolicyEchoWorker
 from verl_mas.verl_engine.policies import build_policy_worker_groups, policy_pool_name
 
 

@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 
 from verl_mas.verl_engine.cpu import CPU_BACKEND, CPU_DEVICE_ID, VllmAliasDistribution
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EXCLUDED = {"torch", "torchvision", "torchaudio", "torchcodec"}
 
 

@@ -10,7 +10,7 @@ import torch
 from verl.trainer.ppo.v1 import agent_loop_tq
 
 from mas_testkit import INVALID_PENALTY
-from verl_engine.fakes import (
+from verl_fakes import (
     WEIGHT_VERSION,
     ScriptedServer,
     TinyModelServer,

@@ -26,7 +26,7 @@ import pytest
 from verl_mas import sandbox
 from verl_mas.sandbox import SandboxLimits, SandboxResult, arun_python, set_max_concurrency
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 _OS_PY_HASH = hashlib.sha256(Path(os.__file__).read_bytes()).hexdigest()  # the stdlib the programs attack
 LIMITS = SandboxLimits(wall_time_s=30.0, cpu_time_s=10)  # generous: the batch shares two cores with other work
 

@@ -10,7 +10,7 @@ import pytest
 
 from verl_mas.local.config import CONFIG_FILE, config_json
 
-SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "learning.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "learning.py"
 
 
 @pytest.fixture(scope="module")

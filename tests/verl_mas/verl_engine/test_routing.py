@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from verl_engine.fakes import FakeServerManager, ScriptedServer, tiny_tokenizer
+from verl_fakes import FakeServerManager, ScriptedServer, tiny_tokenizer
 from verl_mas.router import PolicyRouter
 from verl_mas.verl_engine.policies import PolicyRuntime
 from verl_mas.verl_engine.routing import PolicyRoutingClient

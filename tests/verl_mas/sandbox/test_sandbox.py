@@ -258,7 +258,7 @@ def test_unix_socket_files_are_unreachable_even_through_ctypes(world_writable_un
 
 @root_only
 def test_the_repo_and_world_readable_files_are_not_visible() -> None:
-    readme = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "README.md"))
+    readme = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "README.md"))
     code = (
         "import os\n"
         f"for path in ({readme!r}, {os.path.dirname(readme)!r}, '/etc/hostname', '/home', '/sys'):\n"

@@ -24,7 +24,7 @@ from verl_mas.main import AGENT_LOOPS_FILE, CONFIG_DIR, MasTaskRunner, check_con
 from verl_mas.rollout import RolloutConfig
 from verl_mas.verl_engine.config import MasConfig, MasConfigError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 RECIPES = REPO / "recipes"
 LAUNCHER = RECIPES / "launch.sh"  # the one launcher; each recipes/<env>/run_qwen3_<size>.sh execs it
 MODELS = {"run_qwen3_1.7b.sh": "Qwen/Qwen3-1.7B", "run_qwen3_8b.sh": "Qwen/Qwen3-8B"}

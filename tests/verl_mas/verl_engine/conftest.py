@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-TESTS_DIR = Path(__file__).resolve().parents[1]
+TESTKIT_DIR = Path(__file__).resolve().parents[2] / "testkit"
 
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """Ray on logical CPUs; its workers can import this tests folder (the fake worker classes)."""
+    """Ray on logical CPUs; its workers can import the test kit (the fake worker classes)."""
     import ray
 
-    path = os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(TESTKIT_DIR), os.environ.get("PYTHONPATH", "")])
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
     yield ray
     ray.shutdown()
