@@ -1,7 +1,7 @@
 """Hidden-case evaluations per second: the judge (one sandbox run per program for all its cases) versus plain ways.
 
 Three ways run the same stdin program on the same N cases and must agree on every verdict:
-- "judge": `verl_mas.code_judge.judge`, one sandboxed run of the harness, each case in a forked child;
+- "judge": `verl_mas_envs.code.judge.judge`, one sandboxed run of the harness, each case in a forked child;
 - "bare_subprocess_per_case": a plain `python program.py` per case, no sandbox (what an unsandboxed trainer does);
 - "sandbox_run_per_case": `verl_mas.sandbox.run_python` per case (the sandbox without batching).
 Rounds alternate the ways so load from elsewhere falls on all alike; figures are medians over rounds with the lowest
@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from verl_mas.code_cases import StdinCase, stdout_matches
-from verl_mas.code_judge import JudgeLimits, Program, judge
 from verl_mas.sandbox import SandboxLimits, run_python
+from verl_mas_envs.code.cases import StdinCase, stdout_matches
+from verl_mas_envs.code.judge import JudgeLimits, Program, judge
 
 CASES = 40
 ROUNDS = 5

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from math_verify import LatexExtractionConfig, parse, verify
 
-from verl_mas.math_verify_pool import GradingPool, PoolSettings
+from verl_mas_envs.math.verify_pool import GradingPool, PoolSettings
 
 CALLS = 60
 ROUNDS = 5

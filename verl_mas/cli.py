@@ -110,10 +110,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
-        from verl_mas.demo import DemoConfig, format_demo, run_demo
+        from verl_mas.demo import demo_config, format_demo, run_demo
 
-        config = apply_overrides(DemoConfig(), parse_overrides(args.overrides))
-        results, metrics = run_demo(config)
+        results, metrics = run_demo(demo_config(parse_overrides(args.overrides)))
         print(format_demo(results, metrics))
     elif args.command == "train":
         from verl_mas.local.presets import resolve_train_config

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from verl_mas.env import Task, get_env_class, make_env
+from verl_mas.env import MultiAgentEnv, Task, get_env_class, make_env
 
 AGENT_NAME = "mas_agent"
 SPLITS = ("train", "eval")
@@ -48,36 +48,37 @@ def split_tasks(
 
 
 def task_rows(env_name: str, split: str, n: int, seed: int, options: Mapping[str, Any] | None = None) -> list[dict]:
-    """`n` verl rows for `split`; the prompt is the first role's observation after reset.
-
-    The reward comes from the environment at rollout time, so `reward_model.ground_truth` stays empty.
-    """
+    """`n` verl rows for `split` (see `verl_row`)."""
     options = dict(options or {})
     try:
         options_json = json.dumps(options, sort_keys=True)
     except TypeError as exc:
         raise ValueError(f"options for {env_name!r} must be JSON-serialisable: {exc}") from exc
     env = make_env(env_name, **options)
-    first_role = env.workflow().roles[0]
-    rows = []
-    for index, task in enumerate(split_tasks(env_name, split, n, seed, options)):
-        env.reset(task)
-        rows.append(
-            {
-                "prompt": env.observe(first_role),
-                "data_source": data_source(env_name),
-                "agent_name": AGENT_NAME,
-                "reward_model": {"style": "rule", "ground_truth": ""},
-                "extra_info": {
-                    "env": env_name,
-                    "seed": task.seed,
-                    "split": split,
-                    "options": options_json,
-                    "index": index,
-                },
-            }
-        )
-    return rows
+    tasks = split_tasks(env_name, split, n, seed, options)
+    return [verl_row(env, task, options_json, index) for index, task in enumerate(tasks)]
+
+
+def verl_row(env: MultiAgentEnv, task: Task, options_json: str, index: int) -> dict:
+    """The verl row of `task`, reset on `env`: the prompt is the first role's observation, and `extra_info` holds what a
+    worker needs to rebuild the task (env name, seed, split, options as JSON).
+
+    The reward comes from the environment at rollout time, so `reward_model.ground_truth` stays empty.
+    """
+    env.reset(task)
+    return {
+        "prompt": env.observe(env.workflow().roles[0]),
+        "data_source": data_source(task.env),
+        "agent_name": AGENT_NAME,
+        "reward_model": {"style": "rule", "ground_truth": ""},
+        "extra_info": {
+            "env": task.env,
+            "seed": task.seed,
+            "split": task.split,
+            "options": options_json,
+            "index": index,
+        },
+    }
 
 
 def write_dataset(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,6 +12,7 @@ from verl_mas.advantage import registered_estimator
 from verl_mas.dataset import split_tasks
 from verl_mas.env import make_env
 from verl_mas.metrics import rollout_metrics
+from verl_mas.overrides import apply_overrides
 from verl_mas.rollout import EpisodeResult, RolloutConfig, rollout_tasks
 from verl_mas.router import PolicyRouter
 from verl_mas.sample import samples_to_tensors
@@ -29,6 +31,15 @@ class DemoConfig:
     skill: float = 0.4
     seed: int = 0
     router: str = "per_role"
+
+
+def demo_config(overrides: Mapping[str, Any]) -> DemoConfig:
+    """The demo's config with `overrides`; another `env` starts from no env options (the default's are Plan-Path's)."""
+    overrides = dict(overrides)
+    config = DemoConfig()
+    if overrides.get("env", config.env) != config.env:
+        config = dataclasses.replace(config, env=overrides.pop("env"), env_options={})
+    return apply_overrides(config, overrides)
 
 
 def run_demo(config: DemoConfig) -> tuple[list[EpisodeResult], dict[str, float]]:

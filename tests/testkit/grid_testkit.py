@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from verl_mas.env import Task, split_of
-from verl_mas_envs.grid import GridPuzzleEnv
+from verl_mas_envs.puzzles.grid import GridPuzzleEnv
 
 
 def grid_task(env_name: str, seed: int, split: str = "train", **options: object) -> Task:

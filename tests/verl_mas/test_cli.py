@@ -57,6 +57,13 @@ def test_demo_prints_tree_and_metrics(capsys):
     assert out.count("*") >= 2  # at least one continued branch per role
 
 
+@pytest.mark.parametrize("options", [[], ["env_options={size: 4, tool_mode: compact}"]])
+def test_demo_on_another_env_drops_the_default_envs_options(capsys, options):
+    """The usage line's own example: Plan-Path's default options (wall_ratio) must not reach Sudoku."""
+    assert main(["demo", "env=sudoku", *options, "tasks=1", "k=2"]) == 0, capsys.readouterr().err
+    assert "Tree of verl_mas/sudoku/train/0" in capsys.readouterr().out
+
+
 def test_demo_is_deterministic(capsys):
     main(["demo", "tasks=2", "k=3", "seed=5"])
     first = capsys.readouterr().out

@@ -11,7 +11,7 @@ import pytest
 
 from verl_mas.dataset import AGENT_NAME, read_tasks, task_rows, write_dataset
 from verl_mas.env import ENVS, MultiAgentEnv, StepResult, Task, Workflow, make_env, register_env, split_of
-from verl_mas_envs.sudoku import SudokuEnv  # noqa: F401  (registers "sudoku")
+from verl_mas_envs.puzzles.sudoku import SudokuEnv  # noqa: F401  (registers "sudoku")
 
 
 class TinyEnv(MultiAgentEnv):

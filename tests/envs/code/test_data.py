@@ -12,11 +12,11 @@ import zlib
 import pandas as pd
 import pytest
 
-from verl_mas.code_cases import CallCase, ScriptCase, StdinCase, call_arguments, literal_value
-from verl_mas.code_data import humaneval_cases, humaneval_problems, load_code_problems
-from verl_mas.code_judge import Program, judge
 from verl_mas.env import Task
-from verl_mas_envs.code_env import CodeEnv
+from verl_mas_envs.code.cases import CallCase, ScriptCase, StdinCase, call_arguments, literal_value
+from verl_mas_envs.code.data import humaneval_cases, humaneval_problems, load_code_problems
+from verl_mas_envs.code.env import CodeEnv
+from verl_mas_envs.code.judge import Program, judge
 
 APPS_STDIN = {
     "problem_id": 7,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from verl_mas import code_judge
-from verl_mas.code_cases import (
+from verl_mas_envs.code import judge as code_judge
+from verl_mas_envs.code.cases import (
     CallCase,
     CodeProblem,
     ScriptCase,
@@ -15,7 +15,7 @@ from verl_mas.code_cases import (
     stdout_matches,
     values_equal,
 )
-from verl_mas.code_judge import JudgeLimits, Program, judge, judge_each, pass_rate
+from verl_mas_envs.code.judge import JudgeLimits, Program, judge, judge_each, pass_rate
 
 ADD_CASES = (StdinCase("1 2\n", "3\n"), StdinCase("10 -4\n", "6\n"), StdinCase("0 0\n", "0\n"))
 ADDER = Program("a, b = map(int, input().split())\nprint(a + b)\n", "stdin")
@@ -279,7 +279,7 @@ def test_a_program_that_kills_the_harness_loses_only_its_own_cases() -> None:
 def test_a_forged_results_line_cannot_pass_unknown_expected_outputs() -> None:
     """The program prints the harness's mark itself: the forged report is not the harness's last line, and even a
     forged report carries outputs, which are compared with expected outputs the program never saw."""
-    from verl_mas.code_harness import MARK
+    from verl_mas_envs.code.harness import MARK
 
     forger = Program(
         "import os, json\n"

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from verl_mas.math_data import MathProblem, detect_form, load_problems
+from verl_mas_envs.math.data import MathProblem, detect_form, load_problems
 
 DAPO_PROMPT = (
     "Solve the following math problem step by step. The last line of your response should be of the form Answer: "

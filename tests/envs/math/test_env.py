@@ -15,12 +15,12 @@ from hypothesis import strategies as st
 
 from verl_mas.dataset import row_task
 from verl_mas.env import CheckSettings, Task, check_env, split_of
-from verl_mas.math_data import MathProblem
-from verl_mas.math_grading import grade_answer
 from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_task
 from verl_mas.router import PolicyRouter
-from verl_mas_envs.math_env import MathEnv, arithmetic_expression, problem_rows
-from verl_mas_envs.toolplan import INVALID_OUTPUT_REWARD
+from verl_mas_envs.math.data import MathProblem
+from verl_mas_envs.math.env import MathEnv, arithmetic_expression, problem_rows
+from verl_mas_envs.math.grading import grade_answer
+from verl_mas_envs.puzzles.toolplan import INVALID_OUTPUT_REWARD
 
 TENTHS = MathProblem("What is 1/10 + 2/10?", "\\frac{3}{10}")
 QUICK = CheckSettings(seeds=4, played_seeds=1)

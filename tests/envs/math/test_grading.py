@@ -9,8 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from math_verify import LatexExtractionConfig, parse, verify
 
-from verl_mas.math_grading import MAX_GRADED_CHARS, final_answer, grade_answer, grade_response, last_boxed, normalise
-from verl_mas.math_verify_pool import GradingPool, PoolSettings
+from verl_mas_envs.math.grading import (
+    MAX_GRADED_CHARS,
+    final_answer,
+    grade_answer,
+    grade_response,
+    last_boxed,
+    normalise,
+)
+from verl_mas_envs.math.verify_pool import GradingPool, PoolSettings
 
 TOWER = "2^{2^{32}}"  # math-verify spends its whole own timeout (2 s here) on it against a small number
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from verl_mas.env.replies import MAX_ANSWER_CHARS
-from verl_mas_envs.grid import MAX_ACTIONS, bfs_distances, parse_actions
+from verl_mas_envs.puzzles.grid import MAX_ACTIONS, bfs_distances, parse_actions
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import pytest
 
 from grid_testkit import expert_program_moves, grid_task, start_boards_by_split
 from verl_mas.env import Task, make_env
-from verl_mas_envs.grid import IllegalMove
-from verl_mas_envs.plan_path import EXPERT_PROGRAM, PlanPathBoard, PlanPathEnv
+from verl_mas_envs.puzzles.grid import IllegalMove
+from verl_mas_envs.puzzles.plan_path import EXPERT_PROGRAM, PlanPathBoard, PlanPathEnv
 
 # d(cell) by hand: (2,1)=1, (2,0)=2, (1,0)=3, (0,0)=4 (start), (0,1)=5.
 SMALL = """

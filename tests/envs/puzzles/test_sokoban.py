@@ -6,8 +6,8 @@ import pytest
 
 from grid_testkit import expert_program_moves, grid_task, start_boards_by_split
 from verl_mas.env import Task, make_env
-from verl_mas_envs.grid import IllegalMove
-from verl_mas_envs.sokoban import EXPERT_PROGRAM, SokobanBoard, SokobanEnv, SokobanPosition
+from verl_mas_envs.puzzles.grid import IllegalMove
+from verl_mas_envs.puzzles.sokoban import EXPERT_PROGRAM, SokobanBoard, SokobanEnv, SokobanPosition
 
 # Open 4x4 room. Optimal by hand: 2 pushes (down, right) and 3 walking moves, e.g. R D L D R = 5 moves.
 ROOM = """

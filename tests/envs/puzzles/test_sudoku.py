@@ -7,8 +7,8 @@ import time
 import pytest
 
 from verl_mas.env import Task, make_env, split_of
-from verl_mas_envs.sudoku import EXPERT_PROGRAM, SudokuConfig, SudokuEnv
-from verl_mas_envs.sudoku_grid import (
+from verl_mas_envs.puzzles.sudoku import EXPERT_PROGRAM, SudokuConfig, SudokuEnv
+from verl_mas_envs.puzzles.sudoku_grid import (
     SudokuBoard,
     board_key,
     count_solutions,
@@ -17,7 +17,7 @@ from verl_mas_envs.sudoku_grid import (
     parse_grid,
     stdin_text,
 )
-from verl_mas_envs.toolplan import INVALID_OUTPUT_REWARD
+from verl_mas_envs.puzzles.toolplan import INVALID_OUTPUT_REWARD
 
 # A hand-built 4x4 puzzle: 6 givens, 10 empty cells.
 SOLUTION = ((1, 2, 3, 4), (3, 4, 1, 2), (2, 1, 4, 3), (4, 3, 2, 1))

@@ -8,14 +8,9 @@ import time
 import pytest
 
 from verl_mas.env import Task, make_env
-from verl_mas_envs.toolplan import ToolPlanConfig, Unreadable, draw_board, run_tool_program
+from verl_mas_envs.puzzles.toolplan import ToolPlanConfig
 
 PUZZLES = ("plan_path", "sokoban", "sudoku")
-
-
-def test_draw_board_rejects_unknown_split() -> None:
-    with pytest.raises(ValueError, match="split"):
-        draw_board("x", 0, "test", lambda rng: "board", str)
 
 
 @pytest.mark.parametrize(
@@ -75,15 +70,6 @@ def test_task_options_decide_whether_steps_block() -> None:
     env = make_env("plan_path", tool_mode="compact")
     env.reset(Task(uid="t", env="plan_path", seed=0, options={"tool_mode": "code"}))
     assert env.blocking_step
-
-
-def test_run_tool_program_reports_why_there_is_no_output() -> None:
-    assert run_tool_program("print('U R')", "", 2.0) == "U R\n"
-    assert run_tool_program("print(input()[::-1])", "abc\n", 2.0) == "cba\n"
-    assert run_tool_program("print('\ud800')", "", 2.0) == Unreadable(
-        "the program is not valid text (it holds a lone surrogate)"
-    )
-    assert run_tool_program("raise SystemExit(4)", "", 2.0) == Unreadable("the program exited with code 4")
 
 
 @pytest.mark.parametrize("name", PUZZLES)

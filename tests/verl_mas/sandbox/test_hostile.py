@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from verl_mas import sandbox
-from verl_mas.sandbox import SandboxLimits, SandboxResult, arun_python, set_max_concurrency
+from verl_mas.sandbox import SandboxLimits, SandboxResult, arun_python, layers, process, runner, set_max_concurrency
 
 REPO = Path(__file__).resolve().parents[3]
 _OS_PY_HASH = hashlib.sha256(Path(os.__file__).read_bytes()).hexdigest()  # the stdlib the programs attack
@@ -110,14 +110,14 @@ class Host:
             "hidden_dirs": _hidden_top_dirs(),
             "ancestors": _ancestor_listings(),
             "base_prefix": os.path.realpath(sys.base_prefix),
-            "pivot_root_nr": sandbox._PIVOT_ROOT_SYSCALL,
+            "pivot_root_nr": layers.PIVOT_ROOT_SYSCALL,
             "pid_max": int(Path("/proc/sys/kernel/pid_max").read_text()),
             "live_pids": [int(entry) for entry in os.listdir("/proc") if entry.isdigit()],
         }
 
 
 def _exposed_paths() -> list[str]:
-    binds, links = sandbox._host_view()
+    binds, links = layers.host_view()
     return binds + [path for path, _ in links]
 
 
@@ -685,7 +685,7 @@ CASES = [
         "except OSError as e:\n"
         "    print(count, errno.errorcode[e.errno])\n",
         needs=(_FS,),
-        expect=_expect_count_within(sandbox._TMPFS_INODES - 200, sandbox._TMPFS_INODES, "ENOSPC"),
+        expect=_expect_count_within(layers.TMPFS_INODES - 200, layers.TMPFS_INODES, "ENOSPC"),
     ),
     Case(
         "sysv_shared_memory_bomb",
@@ -713,7 +713,7 @@ CASES = [
         "        fds.append(os.open('/dev/null', os.O_RDONLY))\n"
         "except OSError as e:\n"
         "    print(len(fds), errno.errorcode[e.errno])\n",
-        expect=_expect_count_within(sandbox._MAX_OPEN_FILES - 16, sandbox._MAX_OPEN_FILES, "EMFILE"),
+        expect=_expect_count_within(runner.MAX_OPEN_FILES - 16, runner.MAX_OPEN_FILES, "EMFILE"),
     ),
     Case(
         "memfd_past_the_file_cap",
@@ -817,7 +817,7 @@ def batch(host: Host) -> dict[str, SandboxResult]:
     try:
         results = asyncio.run(run_all())
     finally:
-        set_max_concurrency(sandbox._DEFAULT_MAX_CONCURRENCY)
+        set_max_concurrency(runner.DEFAULT_MAX_CONCURRENCY)
     assert (REPO / "README.md").read_bytes() == readme_before
     return {case.name: result for case, result in zip(runnable, results, strict=True)}
 
@@ -864,7 +864,7 @@ def _sysv_objects_of_sandbox_uids() -> dict[str, int]:
         header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
         column = header.split().index("uid")
         uids = [int(row.split()[column]) for row in rows]
-        counts[kind] = sum(sandbox._UID_BASE <= uid < sandbox._UID_BASE + sandbox._UID_SPAN for uid in uids)
+        counts[kind] = sum(process.UID_BASE <= uid < process.UID_BASE + process.UID_SPAN for uid in uids)
     return counts
 
 
@@ -879,7 +879,7 @@ def _survivors(marker: str) -> list[int]:
             continue
         uid = int(status.split("\nUid:\t", 1)[1].split()[0])
         zombie = "\nState:\tZ" in status
-        if not zombie and (comm == marker or sandbox._UID_BASE <= uid < sandbox._UID_BASE + sandbox._UID_SPAN):
+        if not zombie and (comm == marker or process.UID_BASE <= uid < process.UID_BASE + process.UID_SPAN):
             found.append(int(entry))
     return found
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from verl_mas import sandbox
-from verl_mas.sandbox import SandboxLimits, arun_python, run_python, set_max_concurrency
+from verl_mas.sandbox import SandboxLimits, arun_python, process, run_python, runner, set_max_concurrency
 
 IS_ROOT = os.geteuid() == 0
 root_only = pytest.mark.skipif(not IS_ROOT, reason="uid drop and namespaces need root")
@@ -50,7 +50,7 @@ def _survivors(marker: str) -> list[int]:
         if "\nState:\tZ" in status:
             continue
         uid = int(status.split("\nUid:\t", 1)[1].split()[0])
-        if comm == marker or sandbox._UID_BASE <= uid < sandbox._UID_BASE + sandbox._UID_SPAN:
+        if comm == marker or process.UID_BASE <= uid < process.UID_BASE + process.UID_SPAN:
             found.append(int(entry))
     return found
 
@@ -353,7 +353,7 @@ def test_network_namespace_blocks_even_raw_sockets(listening_port: int) -> None:
 def test_python_level_socket_block_without_network_namespace(
     monkeypatch: pytest.MonkeyPatch, listening_port: int
 ) -> None:
-    monkeypatch.setattr(sandbox, "_detected", dataclasses.replace(sandbox.protections(), network=False))
+    monkeypatch.setattr(runner, "_detected", dataclasses.replace(sandbox.protections(), network=False))
     result = run_python(_SOCKET_PROGRAM.format(port=listening_port))
     assert result.ok, result
     python_line, raw_line = result.stdout.splitlines()
@@ -453,7 +453,7 @@ def test_picking_a_uid_leaves_the_seeded_random_stream_alone() -> None:
     random.seed(7)
     expected = [random.random() for _ in range(3)]
     random.seed(7)
-    sandbox._pick_uid()
+    process.pick_uid()
     assert [random.random() for _ in range(3)] == expected
 
 
@@ -476,7 +476,7 @@ def test_arun_python_respects_the_concurrency_bound() -> None:
         results = asyncio.run(main())
         elapsed = time.monotonic() - start
     finally:
-        set_max_concurrency(sandbox._DEFAULT_MAX_CONCURRENCY)
+        set_max_concurrency(runner.DEFAULT_MAX_CONCURRENCY)
     assert all(r.ok for r in results), results
     intervals = [tuple(map(float, r.stdout.split())) for r in results]
     events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda ev: (ev[0], ev[1]))
@@ -496,8 +496,8 @@ def test_every_layer_is_on_as_root() -> None:
 
 
 def test_without_root_the_first_run_warns_once_which_layers_are_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sandbox, "_detected", None)
-    monkeypatch.setattr(sandbox.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(runner, "_detected", None)
+    monkeypatch.setattr(runner.os, "geteuid", lambda: 1000)
     with pytest.warns(RuntimeWarning) as record:
         result = run_python("print('ran')")
     assert result.stdout == "ran\n"  # weaker, not refused
@@ -539,7 +539,7 @@ def test_a_kernel_refusing_namespaces_is_reported_at_start() -> None:
     if all(os.stat(d).st_mode & 0o001 for d in [prefix, *map(str, Path(prefix).parents)]):
         assert proc.returncode == 0, proc.stderr
         uid, off = proc.stdout.splitlines()
-        assert sandbox._UID_BASE <= int(uid) < sandbox._UID_BASE + sandbox._UID_SPAN
+        assert process.UID_BASE <= int(uid) < process.UID_BASE + process.UID_SPAN
         assert off == "['filesystem', 'network', 'ipc']"
     else:  # e.g. a pyenv interpreter under /root: only the private root made it readable to the sandbox user
         assert proc.returncode == 1 and proc.stdout == ""

@@ -1,36 +1,4 @@
-"""Owns running untrusted, model-written Python code: every such program must go through `run_python`/`arun_python`.
-
-Policy, when every layer is on (the parent is root and the kernel allows namespaces; `protections()` says which are):
-- filesystem: a private mount namespace whose root is a fresh tmpfs of `max_disk_mb` (the total the program can
-  write). Read-only: /usr, the top-level /bin, /sbin and /lib* (links or binds), the Python installation
-  (sys.base_prefix), /etc/ld.so.cache and /etc/localtime. Generated: /etc/passwd and /etc/group (root and the
-  sandbox user), /dev with null, zero, full, random, urandom, and a /proc showing only the program's own processes
-  (hidepid=2). Writable: the work dir (cwd and HOME, 0700) and /tmp, /var/tmp, /dev/shm. Nothing else of the host
-  exists there (not the repo, /root, /home, /work, the host's /tmp or /run, /sys), so no host file can be read or
-  written and no unix-socket file reached. The host tree is detached (pivot_root) and the program is chrooted one
-  level below the namespace root, which makes the kernel refuse it new user namespaces (in one it could mount an
-  uncapped tmpfs);
-- network: a private network namespace with no interface up: no network and no abstract unix sockets, even through
-  raw syscalls; Python's socket module refuses to create sockets on top;
-- ipc: a private IPC namespace with small SysV limits, so nothing of the host's is reachable and what the program
-  leaves there dies with it;
-- private uid: a random, otherwise unused uid, so the kernel refuses signals to the parent and to other runs,
-  RLIMIT_NPROC is enforced (root ignores it) and every process of that uid is killed after the run, including ones
-  that left the process group with setsid; no_new_privs;
-- always: `python -I -S` with an empty environment in its own session, the process group SIGKILLed on timeout and
-  again when the child exits; limits on CPU time, address space, processes, file size, open files, no core dumps;
-  wall time enforced and output read incrementally and capped by the parent; os.kill/os.killpg refuse targets
-  outside the child's process group.
-Text: code and stdin are encoded as UTF-8 with `surrogatepass`, so no string makes `run_python` raise: a lone
-surrogate in the code is a SyntaxError of the program (a failed run), one in stdin reaches it as undecodable bytes.
-Not covered: memory is capped per process, so one run can hold up to max_processes x memory_mb plus the disk cap.
-
-Where a layer cannot be had (not root: rootless isolation is not implemented; or the kernel refuses a namespace),
-runs go on without it and the first run emits one RuntimeWarning naming each missing layer and what is lost.
-docs/sandbox.md has the details and the hostile suite that checks them.
-Layout: this module is the public front and runs one program; verl_mas/sandbox_layers.py sets up the isolation
-layers (and holds the child's bootstrap script), verl_mas/sandbox_process.py controls the child's processes.
-"""
+"""Runs one untrusted program under every isolation layer this machine grants, within its limits."""
 
 from __future__ import annotations
 
@@ -50,31 +18,19 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from verl_mas.sandbox_layers import (
-    _BOOTSTRAP,
-    _INTERPRETER,
-    _PIVOT_ROOT_SYSCALL,
-    _PREFIX,
+from .layers import (
+    BOOTSTRAP,
+    INTERPRETER,
     LOST_WITHOUT,
+    PIVOT_ROOT_SYSCALL,
+    PYTHON_PREFIX,
     Protections,
-    _ipc_sysctls,
-    _root_spec,
-    _uid_range_mapped,
-    _unshare_flags,
+    ipc_sysctls,
+    root_spec,
+    uid_range_mapped,
+    unshare_flags,
 )
-from verl_mas.sandbox_layers import _TMPFS_INODES as _TMPFS_INODES  # re-exported: the hostile suite counts inodes
-from verl_mas.sandbox_layers import _host_view as _host_view  # re-exported: the hostile suite checks the host view
-from verl_mas.sandbox_process import _UID_BASE, _UID_SPAN, _communicate, _kill_all, _pick_uid
-
-__all__ = [
-    "Protections",
-    "SandboxLimits",
-    "SandboxResult",
-    "arun_python",
-    "protections",
-    "run_python",
-    "set_max_concurrency",
-]
+from .process import UID_BASE, UID_SPAN, communicate, kill_all, pick_uid
 
 
 @dataclass(frozen=True)
@@ -116,7 +72,7 @@ class SandboxResult:
 
 
 _MEMORY_ERROR = re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory")
-_MAX_OPEN_FILES = 1024  # bounds the kernel memory a process can pin in pipe and socket buffers
+MAX_OPEN_FILES = 1024  # bounds the kernel memory a process can pin in pipe and socket buffers
 _PROBE_LIMITS = SandboxLimits(wall_time_s=60.0)
 
 
@@ -128,8 +84,8 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
     return _execute(code, stdin, limits or SandboxLimits(), protections())
 
 
-_DEFAULT_MAX_CONCURRENCY = max(1, os.cpu_count() or 1)
-_max_concurrency = _DEFAULT_MAX_CONCURRENCY
+DEFAULT_MAX_CONCURRENCY = max(1, os.cpu_count() or 1)
+_max_concurrency = DEFAULT_MAX_CONCURRENCY
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
 
@@ -198,7 +154,7 @@ def _execute(code: str, stdin: str, limits: SandboxLimits, layers: Protections) 
 
 
 def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: Protections) -> SandboxResult:
-    uid = _pick_uid() if layers.private_uid else None
+    uid = pick_uid() if layers.private_uid else None
     with open(os.path.join(workdir, "main.py"), "wb") as f:
         f.write(code.encode("utf-8", "surrogatepass"))
     if uid is not None and not layers.filesystem:
@@ -210,9 +166,9 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: 
     config = {
         "uid": uid,
         "cwd": workdir,
-        "unshare": _unshare_flags(layers),
-        "ipc_sysctls": _ipc_sysctls(disk) if layers.ipc else [],
-        "root": _root_spec(disk) if layers.filesystem else None,
+        "unshare": unshare_flags(layers),
+        "ipc_sysctls": ipc_sysctls(disk) if layers.ipc else [],
+        "root": root_spec(disk) if layers.filesystem else None,
         "rlimits": [
             # SIGXCPU at the soft limit identifies a CPU timeout; SIGKILL a second later if it is ignored.
             ("RLIMIT_CPU", limits.cpu_time_s, limits.cpu_time_s + 1),
@@ -226,7 +182,7 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: 
     env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8"}
     start = time.monotonic()
     proc = subprocess.Popen(
-        [_INTERPRETER, "-I", "-S", "-c", _BOOTSTRAP, json.dumps(config)],
+        [INTERPRETER, "-I", "-S", "-c", BOOTSTRAP, json.dumps(config)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -236,11 +192,11 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: 
         close_fds=True,
     )
     try:
-        out, err, timed_out, truncated = _communicate(
+        out, err, timed_out, truncated = communicate(
             proc, stdin.encode("utf-8", "surrogatepass"), start + limits.wall_time_s, limits.max_output_bytes, uid
         )
     finally:
-        _kill_all(proc.pid, uid)  # before reaping: the zombie keeps the pgid from being reused
+        kill_all(proc.pid, uid)  # before reaping: the zombie keeps the pgid from being reused
         for pipe in (proc.stdin, proc.stdout, proc.stderr):
             pipe.close()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -258,9 +214,9 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: 
 
 
 def _open_files_limit() -> int:
-    """_MAX_OPEN_FILES, or the parent's lower hard limit (only root may raise a hard limit)."""
+    """MAX_OPEN_FILES, or the parent's lower hard limit (only root may raise a hard limit)."""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    return _MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else min(_MAX_OPEN_FILES, hard)
+    return MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else min(MAX_OPEN_FILES, hard)
 
 
 def _detect() -> Protections:
@@ -271,8 +227,8 @@ def _detect() -> Protections:
     if os.geteuid() != 0:
         why = "not root; rootless isolation is not implemented"
         return Protections(False, False, False, False, {layer: why for layer in LOST_WITHOUT})
-    if not _uid_range_mapped(_UID_BASE, _UID_SPAN):
-        raise RuntimeError(f"sandbox: uids {_UID_BASE}..{_UID_BASE + _UID_SPAN} are not mapped in this user namespace")
+    if not uid_range_mapped(UID_BASE, UID_SPAN):
+        raise RuntimeError(f"sandbox: uids {UID_BASE}..{UID_BASE + UID_SPAN} are not mapped in this user namespace")
     namespaces = ("filesystem", "network", "ipc")
     if _probe(Protections(True, True, True, True, {})) is None:
         return Protections(True, True, True, True, {})
@@ -289,7 +245,7 @@ def _probe(layers: Protections) -> str | None:
 
     Any other failure raises: a flaky or broken probe must not quietly switch a layer off.
     """
-    if layers.filesystem and _PIVOT_ROOT_SYSCALL is None:
+    if layers.filesystem and PIVOT_ROOT_SYSCALL is None:
         return f"pivot_root's syscall number is unknown on {platform.machine()}"
     result = _execute("import math, _socket", "", _PROBE_LIMITS, layers)
     if result.ok:
@@ -298,5 +254,7 @@ def _probe(layers: Protections) -> str | None:
     if "sandbox:" in last:
         return last
     on = [layer for layer in LOST_WITHOUT if getattr(layers, layer)]
-    hint = "" if layers.filesystem else f"; without a private root the sandbox user must be able to read {_PREFIX}"
+    hint = (
+        "" if layers.filesystem else "; without a private root the sandbox user must be able to read " + PYTHON_PREFIX
+    )
     raise RuntimeError(f"sandbox: a trivial program fails with layers {on}: {last}{hint}")

@@ -13,7 +13,7 @@ position missing from it is a deadlock (a box in a non-goal corner, against a wa
 Moves U/D/L/R walk one cell; walking into a box pushes it one cell on if that cell is free. Walking into a wall,
 or pushing a box into a wall or another box, is illegal (the list stops there).
 
-Rewards (the shared rule of `verl_mas_envs.grid`), d = optimal moves to solve from the table, d0 = d(start),
+Rewards (the shared rule of `verl_mas_envs.puzzles.grid`), d = optimal moves to solve from the table, d0 = d(start),
 s = position before the role's list, s' = where it ends after n applied moves:
 
 | role | outcome                             | team reward  | local reward                                 |
@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from verl_mas.env import register_env
+from verl_mas_envs.common import draw_board
 
 from .grid import (
     MOVES,
@@ -49,7 +50,7 @@ from .grid import (
     parse_grid_text,
     shift,
 )
-from .toolplan import ToolMode, draw_board
+from .toolplan import ToolMode
 
 WALL, FLOOR, GOAL, BOX, BOX_ON_GOAL, PLAYER, PLAYER_ON_GOAL = "#", "_", ".", "$", "*", "@", "+"
 

@@ -8,7 +8,7 @@ latest cases (each mismatch: input, expected, actual). The episode ends when a t
 latest case (there must be one), or after `max_turns`. Success: the latest program passes every hidden case.
 With `single_agent=True` the coder plays alone and the episode ends at its first program that compiles.
 
-Every program runs in the sandbox through `verl_mas.code_judge` (one run per program for all its cases); hidden
+Every program runs in the sandbox through `verl_mas_envs.code.judge` (one run per program for all its cases); hidden
 cases never appear in a prompt and their expected results never enter the sandbox.
 
 Rewards, per move (team = the latest program passes every hidden case):
@@ -23,10 +23,10 @@ A tester's case earns credit when it is well-formed and new (not a repeat of an 
 correct program passes it, and at least one known-wrong program fails it. The correct program is the task's
 reference, or else a program of the coder's from this episode that passed every hidden case; with neither, no case
 can be checked and none earns credit. Known-wrong programs: the task's own (data files' incorrect solutions), up to
-`wrong_programs` mutants of the reference that fail a hidden case (`verl_mas.code_mutants`), and the coder's
+`wrong_programs` mutants of the reference that fail a hidden case (`verl_mas_envs.code.mutants`), and the coder's
 earlier programs of the episode that failed one.
 
-Tasks come from `verl_mas_envs.code_problems` (`source`, `source_options`, or `data_file` with `data_form`).
+Tasks come from `verl_mas_envs.code.problems` (`source`, `source_options`, or `data_file` with `data_form`).
 """
 
 from __future__ import annotations
@@ -38,16 +38,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from verl_mas.code_cases import CallCase, CodeProblem, StdinCase, TestCase
-from verl_mas.code_judge import CaseResult, JudgeLimits, Program, judge, judge_each
-from verl_mas.code_mutants import mutants
 from verl_mas.env import StepResult, register_env
 from verl_mas.env.replies import answer_part, extract_python
+from verl_mas_envs.common import (
+    INVALID_OUTPUT_REWARD,
+    READ_LIMIT_NOTE,
+    require_flags,
+    require_ints,
+    require_problem_source,
+    require_seconds,
+)
+from verl_mas_envs.problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 
-from .code_problems import brief_statement, check_options, file_problem, file_problems, task_problem
-from .option_checks import require_flags, require_ints, require_problem_source, require_seconds
-from .problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
-from .toolplan import INVALID_OUTPUT_REWARD, READ_LIMIT_NOTE
+from .cases import CallCase, CodeProblem, StdinCase, TestCase
+from .judge import CaseResult, JudgeLimits, Program, judge, judge_each
+from .mutants import mutants
+from .problems import brief_statement, check_options, file_problem, file_problems, task_problem
 
 ROLES = ("coder", "tester")
 SINGLE_AGENT_ROLES = ("coder",)
@@ -60,7 +66,7 @@ _FENCED = re.compile(r"```[ \t]*(input|output)[ \t]*\n(.*?)```", re.DOTALL)
 class CodeConfig:
     """Options of the code environment (a task's options override them for its episode)."""
 
-    source: str = "arithmetic"  # see verl_mas_envs.code_problems
+    source: str = "arithmetic"  # see verl_mas_envs.code.problems
     source_options: Mapping[str, Any] = field(default_factory=dict)
     data_file: str | None = None
     data_form: str = "auto"

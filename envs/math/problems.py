@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from verl_mas.math_data import Form, MathProblem, load_problems
+from verl_mas_envs.common import draw_board
+from verl_mas_envs.problem_team import FileSplit, file_by_split, pick
 
-from .problem_team import FileSplit, file_by_split, pick
-from .toolplan import draw_board
+from .data import Form, MathProblem, load_problems
 
 
 def generated_problem(source: str, source_options: Mapping[str, Any], seed: int, split: str) -> MathProblem:

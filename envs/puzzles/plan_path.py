@@ -5,7 +5,7 @@ distinct free cells, regenerated until the goal is reachable (BFS). Reference se
 Moves U/D/L/R go one cell; a move into a wall or off the grid is illegal (the list stops there, the move counts as
 invalid). Reaching the goal solves the puzzle and ends the episode.
 
-Rewards (the shared rule of `verl_mas_envs.grid`), d = BFS distance to the goal (precomputed once per board),
+Rewards (the shared rule of `verl_mas_envs.puzzles.grid`), d = BFS distance to the goal (precomputed once per board),
 d0 = d(start), s = the agent's cell before the role's list, s' = where it ends after n applied moves:
 
 | role | outcome                             | team reward  | local reward                                 |
@@ -25,6 +25,7 @@ import random
 from dataclasses import dataclass
 
 from verl_mas.env import register_env
+from verl_mas_envs.common import draw_board
 
 from .grid import (
     Cell,
@@ -36,7 +37,7 @@ from .grid import (
     parse_grid_text,
     shift,
 )
-from .toolplan import ToolMode, draw_board
+from .toolplan import ToolMode
 
 WALL, FLOOR, AGENT, GOAL = "#", ".", "A", "G"
 

@@ -1,7 +1,7 @@
 """Sudoku (4x4, 9x9, unique solutions) for a tool agent that proposes a grid and a plan agent that commits one.
 
-Turns follow the tool/plan protocol (`verl_mas_envs.toolplan`); the answer is a filled grid (format and parser in
-`verl_mas_envs.sudoku_grid`). The tool agent proposes a grid, typed (`tool_mode="compact"`) or printed by its
+Turns follow the tool/plan protocol (`toolplan`); the answer is a filled grid (format and parser in
+`sudoku_grid`). The tool agent proposes a grid, typed (`tool_mode="compact"`) or printed by its
 program (`tool_mode="code"`, the puzzle on stdin); the environment checks it against the rules and shows the report
 to the plan agent, whose grid replaces the board. The episode ends when the board is solved or after `max_turns`
 plan moves.
@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from verl_mas.env import register_env
+from verl_mas_envs.common import READ_LIMIT_NOTE, Unreadable
 
 from .sudoku_grid import (
     SIZES,
@@ -38,7 +39,7 @@ from .sudoku_grid import (
     render_grid,
     stdin_text,
 )
-from .toolplan import READ_LIMIT_NOTE, EpisodeState, Move, ToolMode, ToolPlanConfig, ToolPlanEnv, Unreadable
+from .toolplan import EpisodeState, Move, ToolMode, ToolPlanConfig, ToolPlanEnv
 
 DEFAULT_CLUES = {4: 6, 9: 30}
 VIOLATION_PENALTY = 0.25

@@ -1,6 +1,6 @@
 """Runs inside the sandbox: one program against a batch of cases, each case in a forked child; results as JSON.
 
-`verl_mas.code_judge` sends this file's source as the sandbox program and a job as JSON on stdin:
+`verl_mas_envs.code.judge` sends this file's source as the sandbox program and a job as JSON on stdin:
 {"source": program (after the task's prelude), "style": "stdin"|"function", "fn_name": name or null,
  "cases": [{"kind": "stdin", "input": text} | {"kind": "call", "args": literal argument list}
            | {"kind": "script", "code": test code}],

@@ -2,7 +2,7 @@
 
 math-verify's own timeouts use `signal.alarm`, which only works on a process's main thread (environment steps run
 in worker threads) and cannot interrupt long C-level arithmetic. So every comparison runs in a worker process
-(`verl_mas.math_verify_worker`, a fresh interpreter started with `-m`, so the parent's `__main__` is never
+(`verl_mas_envs.math.verify_worker`, a fresh interpreter started with `-m`, so the parent's `__main__` is never
 re-imported), and a worker that overruns the deadline is killed; the next call starts a replacement. An overrun
 costs at most the deadline and counts as "not equal"; nothing hangs. Results are cached per pool, timeouts
 included, so the same pair always gets the same verdict in one process (environment steps must be deterministic).
@@ -55,7 +55,7 @@ class _Worker:
     """One worker process and the unread part of its replies."""
 
     def __init__(self, settings: PoolSettings) -> None:
-        command = [sys.executable, "-m", "verl_mas.math_verify_worker", str(settings.verify_timeout_s),
+        command = [sys.executable, "-m", "verl_mas_envs.math.verify_worker", str(settings.verify_timeout_s),
                    str(settings.memory_mb)]  # fmt: skip
         self.process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True

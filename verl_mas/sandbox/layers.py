@@ -35,22 +35,20 @@ class Protections:
         return [layer for layer in LOST_WITHOUT if not getattr(self, layer)]
 
 
-_TMPFS_INODES = 8192  # files and directories on the sandbox's tmpfs, so empty files cannot exhaust memory
+TMPFS_INODES = 8192  # files and directories on the sandbox's tmpfs, so empty files cannot exhaust memory
 # The base interpreter, not a venv's link to it: the venv (often inside the user's repo) is not visible in the sandbox.
-_INTERPRETER = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-_PREFIX = os.path.realpath(sys.base_prefix)  # the Python installation, exposed read-only
+INTERPRETER = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+PYTHON_PREFIX = os.path.realpath(sys.base_prefix)  # the Python installation, exposed read-only
 # Host paths the sandbox sees read-only (or as the same symlink); the Python installation is added to them.
 _SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache", "/etc/localtime")
-_PIVOT_ROOT_SYSCALL = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(
-    platform.machine()
-)
+PIVOT_ROOT_SYSCALL = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(platform.machine())
 _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWNET = 0x00020000, 0x08000000, 0x40000000
 # SysV limits inside the private IPC namespace (the kernel's defaults allow tens of GB of semaphores and shared memory).
 _IPC_SYSCTLS = {"shmmni": "16", "msgmni": "16", "sem": "250 4000 32 16"}
 
-# Runs as `python -I -S -c _BOOTSTRAP CONFIG` in the host work dir: namespaces and the new root first (as root),
+# Runs as `python -I -S -c BOOTSTRAP CONFIG` in the host work dir: namespaces and the new root first (as root),
 # then limits, then the uid drop, then the in-process blocks, then the user's main.py.
-_BOOTSTRAP = r"""
+BOOTSTRAP = r"""
 import json, os, resource, sys
 cfg = json.loads(sys.argv[1])
 with open("main.py", "rb") as f:
@@ -176,7 +174,7 @@ exec(compile(src, "main.py", "exec"), main.__dict__)
 """
 
 
-def _unshare_flags(layers: Protections) -> int:
+def unshare_flags(layers: Protections) -> int:
     return (
         (_CLONE_NEWNS if layers.filesystem else 0)
         | (_CLONE_NEWNET if layers.network else 0)
@@ -184,29 +182,29 @@ def _unshare_flags(layers: Protections) -> int:
     )
 
 
-def _ipc_sysctls(disk_bytes: int) -> list[tuple[str, str]]:
+def ipc_sysctls(disk_bytes: int) -> list[tuple[str, str]]:
     """SysV shared memory limited to the disk cap, with few queues and semaphores."""
     page = os.sysconf("SC_PAGE_SIZE")
     limits = {"shmmax": str(disk_bytes), "shmall": str(disk_bytes // page), **_IPC_SYSCTLS}
     return sorted(limits.items())
 
 
-def _root_spec(disk_bytes: int) -> dict:
-    binds, links = _host_view()
+def root_spec(disk_bytes: int) -> dict:
+    binds, links = host_view()
     return {
         "binds": binds,
         "links": links,
-        "tmpfs": f"mode=755,size={disk_bytes},nr_inodes={_TMPFS_INODES}",
-        "pivot_root": _PIVOT_ROOT_SYSCALL,
+        "tmpfs": f"mode=755,size={disk_bytes},nr_inodes={TMPFS_INODES}",
+        "pivot_root": PIVOT_ROOT_SYSCALL,
     }
 
 
 @functools.cache
-def _host_view() -> tuple[list[str], list[tuple[str, str]]]:
+def host_view() -> tuple[list[str], list[tuple[str, str]]]:
     """What of the host the sandbox sees: (paths bound read-only, top-level symlinks recreated as they are)."""
     binds: list[str] = []
     links: list[tuple[str, str]] = []
-    for path in (*_SYSTEM_PATHS, _PREFIX, _INTERPRETER):
+    for path in (*_SYSTEM_PATHS, PYTHON_PREFIX, INTERPRETER):
         if not os.path.lexists(path) or any(_under(path, bound) for bound in binds):
             continue
         if os.path.islink(path):
@@ -220,7 +218,7 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _uid_range_mapped(base: int, span: int) -> bool:
+def uid_range_mapped(base: int, span: int) -> bool:
     try:
         with open("/proc/self/uid_map", encoding="ascii") as f:
             ranges = [tuple(map(int, line.split())) for line in f if line.strip()]

@@ -13,7 +13,7 @@ thin-space thousands (`12\\,345`) and a trailing period (`5.`). So here:
 - two rules are applied before math-verify: units, when both sides give one, must be the same; a set never equals
   a tuple or an interval;
 - integers and decimals on both sides are compared exactly here; identical texts are equal; everything else goes
-  to math-verify through `verl_mas.math_verify_pool` (a worker process, a hard deadline: a hostile answer costs at
+  to math-verify through `verl_mas_envs.math.verify_pool` (a worker process, a hard deadline: a hostile answer costs at
   most `deadline_s` and grades wrong).
 """
 
@@ -25,7 +25,8 @@ from fractions import Fraction
 from typing import Literal
 
 from verl_mas.env.replies import answer_part
-from verl_mas.math_verify_pool import GradingPool, default_pool
+
+from .verify_pool import GradingPool, default_pool
 
 #: longest answer graded; a longer one grades wrong without a look (no real answer is this long)
 MAX_GRADED_CHARS = 1_000

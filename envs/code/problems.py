@@ -8,7 +8,7 @@ Sources (the `source` option):
 - "codeio": reasoning-gym's CodeI/O programs (function `main_solution`, keyword arguments) whose code needs only the
   standard library; hidden cases are the reference's results on inputs from the set's own input generator, made
   in the sandbox (the set's code is not ours either) and kept only where two runs agree (differential testing).
-- a problem file (`data_file`, any form of `verl_mas.code_data`).
+- a problem file (`data_file`, any form of `verl_mas_envs.code.data`).
 Splits: a problem's split is `verl_mas.env.split_of` of its statement, so no problem is in both; a task seed picks
 one of its split's problems (generated ones are drawn until one lands in the task's split).
 """
@@ -31,12 +31,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from verl_mas.code_cases import CallCase, CodeProblem, StdinCase, literal_value
 from verl_mas.env import split_of
 from verl_mas.sandbox import SandboxLimits, run_python
+from verl_mas_envs.common import draw_board
+from verl_mas_envs.problem_team import FileSplit, by_split, file_by_split, pick
 
-from .problem_team import FileSplit, by_split, file_by_split, pick
-from .toolplan import draw_board
+from .cases import CallCase, CodeProblem, StdinCase, literal_value
 
 SOURCES = ("arithmetic", "humaneval", "codeio")
 VARIABLES = "abc"
@@ -188,13 +188,13 @@ def _statement(problem: CodeProblem) -> str:
 
 @functools.cache
 def _humaneval_by_split() -> dict[str, tuple[CodeProblem, ...]]:
-    from verl_mas.code_data import humaneval_problems
+    from .data import humaneval_problems
 
     return by_split(humaneval_problems(), _statement)
 
 
 def _load_file(path: str, form: str) -> tuple[CodeProblem, ...]:
-    from verl_mas.code_data import load_code_problems
+    from .data import load_code_problems
 
     return load_code_problems(path, form)
 

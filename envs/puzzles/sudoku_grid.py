@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from verl_mas.env.replies import answer_part, fenced_blocks, last_tagged
-
-from .toolplan import draw_board
+from verl_mas_envs.common import draw_board
 
 Board = tuple[tuple[int, ...], ...]
 Cell = tuple[int, int]

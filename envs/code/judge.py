@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from verl_mas import code_harness
-from verl_mas.code_cases import (
+from verl_mas.sandbox import SandboxLimits, run_python
+
+from . import harness
+from .cases import (
     CallCase,
     CodeProblem,
     ScriptCase,
@@ -22,7 +24,6 @@ from verl_mas.code_cases import (
     stdout_matches,
     values_equal,
 )
-from verl_mas.sandbox import SandboxLimits, run_python
 
 HARNESS_OVERHEAD_S = 2.0  # the sandbox's start and the harness's own work, on top of the cases' budget
 SHOWN_CHARS = 300  # of an actual output or an error, in a CaseResult
@@ -100,7 +101,7 @@ def judge(program: Program, cases: Sequence[TestCase], limits: JudgeLimits = Jud
         wall_time_s=wall,
         cpu_time_s=math.ceil(wall),
         memory_mb=limits.memory_mb,
-        max_output_bytes=len(cases) * 6 * (limits.output_bytes + code_harness.ERROR_CHARS + 100) + 4096,  # JSON escapes
+        max_output_bytes=len(cases) * 6 * (limits.output_bytes + harness.ERROR_CHARS + 100) + 4096,  # JSON escapes
     )
     run = run_python(_harness_source(), json.dumps(job), sandbox_limits)
     reports = _reports(run.stdout, len(cases))
@@ -132,7 +133,7 @@ def pass_rate(results: Sequence[CaseResult]) -> float:
 
 @cache
 def _harness_source() -> str:
-    return Path(code_harness.__file__).read_text(encoding="utf-8")
+    return Path(harness.__file__).read_text(encoding="utf-8")
 
 
 def _case_job(case: TestCase) -> dict[str, str]:
@@ -148,9 +149,9 @@ def _case_job(case: TestCase) -> dict[str, str]:
 def _reports(stdout: str, expected_count: int) -> list[dict] | None:
     """The harness's results line (the last one carrying its mark), or None when the run produced none."""
     for line in reversed(stdout.split("\n")):
-        if line.startswith(code_harness.MARK):
+        if line.startswith(harness.MARK):
             try:
-                reports = json.loads(line[len(code_harness.MARK) :])
+                reports = json.loads(line[len(harness.MARK) :])
             except ValueError:
                 return None
             valid = isinstance(reports, list) and len(reports) == expected_count

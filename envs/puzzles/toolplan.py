@@ -23,51 +23,26 @@ do and earn, the team reward, and the prompts.
 from __future__ import annotations
 
 import abc
-import math
-import random
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Generic, Literal, TypeVar
 
-from verl_mas.env import Message, MultiAgentEnv, StepResult, Task, Workflow, split_of
-from verl_mas.env.replies import MAX_ANSWER_CHARS, extract_python
-from verl_mas.sandbox import SandboxLimits, run_python
-
-from .option_checks import require_flags, require_ints, require_seconds
+from verl_mas.env import Message, MultiAgentEnv, StepResult, Task, Workflow
+from verl_mas.env.replies import extract_python
+from verl_mas_envs.common import (
+    INVALID_OUTPUT_REWARD,
+    SHOWN_OUTPUT_CHARS,
+    Unreadable,
+    require_flags,
+    require_ints,
+    require_seconds,
+    run_tool_program,
+)
 
 ToolMode = Literal["code", "compact"]
 Outcome = Literal["playing", "solved", "deadlocked", "out_of_turns"]
 
 ROLES = ("tool", "plan")
 SINGLE_AGENT_ROLES = ("plan",)
-INVALID_OUTPUT_REWARD = -0.5
-SHOWN_OUTPUT_CHARS = 300  # of a failed program's stderr, or of unusable stdout, in the plan agent's prompt
-MAX_GENERATION_ATTEMPTS = 10_000  # a board lands in the eval split with probability about 0.2 per attempt
-#: said in the prompts that ask for something long (a program, a grid); replies are read by `answer_part`
-READ_LIMIT_NOTE = f"Only the last {MAX_ANSWER_CHARS:,} characters of your reply are read."
-
-BoardT = TypeVar("BoardT")
-
-
-def draw_board(
-    name: str,
-    seed: int,
-    split: str,
-    candidate: Callable[[random.Random], BoardT | None],
-    key: Callable[[BoardT], str],
-) -> BoardT:
-    """The first acceptable candidate board, drawn with rng seeded by (name, seed, attempt), whose split is `split`.
-
-    `candidate` returns None for a board it rejects (unsolvable, too easy); `key` gives the canonical board text
-    whose hash decides the split, so the train and eval boards of one puzzle can never overlap.
-    """
-    if split not in ("train", "eval"):
-        raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
-    for attempt in range(MAX_GENERATION_ATTEMPTS):
-        board = candidate(random.Random(f"{name}/{seed}/{attempt}"))
-        if board is not None and split_of(key(board)) == split:
-            return board
-    raise RuntimeError(f"{name}: no acceptable {split} board in {MAX_GENERATION_ATTEMPTS} attempts (seed {seed})")
 
 
 @dataclass(frozen=True)
@@ -88,13 +63,6 @@ class ToolPlanConfig:
             raise ValueError(f"tool_mode must be 'code' or 'compact', got {self.tool_mode!r}")
         require_ints(self, max_turns=1)
         require_seconds(self, "code_time_limit_s")
-
-
-@dataclass(frozen=True)
-class Unreadable:
-    """No answer could be read from a reply, or from what a tool program printed; `reason` says why."""
-
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -132,27 +100,10 @@ class EpisodeState:
     outcome: Outcome = "playing"
 
 
-def run_tool_program(code: str, stdin: str, time_limit_s: float) -> str | Unreadable:
-    """What a tool program printed when run in the sandbox, or why it gave no output to read."""
-    try:
-        code.encode()
-    except UnicodeEncodeError:  # a lone surrogate: no file can hold this program
-        return Unreadable("the program is not valid text (it holds a lone surrogate)")
-    limits = SandboxLimits(wall_time_s=time_limit_s, cpu_time_s=math.ceil(time_limit_s))
-    result = run_python(code, stdin=stdin, limits=limits)
-    if result.timed_out:
-        return Unreadable("the program ran out of time")
-    if result.memory_exceeded:
-        return Unreadable("the program ran out of memory")
-    if result.exit_code != 0:
-        stderr = result.stderr.strip()[-SHOWN_OUTPUT_CHARS:]
-        return Unreadable(f"the program exited with code {result.exit_code}" + (f": {stderr}" if stderr else ""))
-    return result.stdout
-
-
 # (environment class, config) -> why no board can be built, None if one can: see ToolPlanEnv._check_buildable
 _build_problems: dict[tuple[type, ToolPlanConfig], str | None] = {}
 
+BoardT = TypeVar("BoardT")
 C = TypeVar("C", bound=ToolPlanConfig)
 S = TypeVar("S", bound=EpisodeState)
 A = TypeVar("A")

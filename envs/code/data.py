@@ -35,8 +35,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from verl_mas.code_cases import CallCase, CodeProblem, ScriptCase, StdinCase, TestCase
 from verl_mas.dataset import rows_in_form
+
+from .cases import CallCase, CodeProblem, ScriptCase, StdinCase, TestCase
 
 Form = Literal["auto", "apps", "code_contests", "livecodebench"]
 FORMS: tuple[Form, ...] = ("auto", "apps", "code_contests", "livecodebench")

@@ -11,7 +11,7 @@ The chosen segment must hold only moves and the filler words in `FILLER_WORDS`: 
 ("R 3"), or a foreign symbol makes the output unparsable, never guessed at. Runs of capital letters such as
 "UURD" are read letter by letter. An empty list or more than `MAX_ACTIONS` moves is unparsable too.
 
-Turns follow the tool/plan protocol (`verl_mas_envs.toolplan`); the answer is an action list. A tool proposal (typed
+Turns follow the tool/plan protocol (`toolplan`); the answer is an action list. A tool proposal (typed
 in compact mode, printed by its program in code mode) is simulated on the current board (nothing is committed) and
 the plan agent is shown where it leads. The plan agent's action list is applied in order; an illegal move stops the
 list there (the moves before it stay applied); solving the puzzle or reaching a deadlock stops it too and ends the
@@ -52,8 +52,9 @@ from dataclasses import dataclass, replace
 from typing import Generic, Literal, Protocol, TypeVar
 
 from verl_mas.env.replies import answer_part, last_tagged
+from verl_mas_envs.common import READ_LIMIT_NOTE, Unreadable
 
-from .toolplan import READ_LIMIT_NOTE, EpisodeState, Move, ToolPlanConfig, ToolPlanEnv, Unreadable
+from .toolplan import EpisodeState, Move, ToolPlanConfig, ToolPlanEnv
 
 Cell = tuple[int, int]  # (row, column); row 0 is the top row
 ProgressReward = Literal["fraction", "pace"]

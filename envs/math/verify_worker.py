@@ -1,6 +1,6 @@
 """One math-verify worker process: reads (gold, answer) pairs as JSON lines on stdin, answers each on its own line.
 
-Started by `verl_mas.math_verify_pool` as `python -m verl_mas.math_verify_worker TIMEOUT_S MEMORY_MB`. It runs
+Started by `verl_mas_envs.math.verify_pool` as `python -m verl_mas_envs.math.verify_worker TIMEOUT_S MEMORY_MB`. It runs
 math-verify on its main thread, where math-verify's `signal.alarm` timeouts work; the pool's hard deadline (it kills
 this process) covers whatever those miss. Replies: "ready" once math-verify is imported (or "failed: ..."), then per
 pair "1" (equal), "0" (not equal) or "e" (math-verify raised).

@@ -12,15 +12,15 @@ import time
 
 # Random per-run uids from a range no real account uses, so concurrent runs cannot signal each
 # other and "every process of this uid" means exactly this run's processes.
-_UID_BASE = 1 << 30
-_UID_SPAN = 1 << 28
+UID_BASE = 1 << 30
+UID_SPAN = 1 << 28
 # Drawn from the OS, not from the `random` module: training runs seed that, and two runs of one seed would then draw
 # the same uids, so each run's uid sweep would kill the other's programs.
 _UID_SOURCE = random.SystemRandom()
 _POLL_S = 0.05  # only used where pidfd_open is unavailable
 
 
-def _communicate(
+def communicate(
     proc: subprocess.Popen, data: bytes, deadline: float, cap: int, uid: int | None
 ) -> tuple[bytes, bytes, bool, bool]:
     """Feed stdin and collect capped output until the child has exited and its pipes are closed.
@@ -50,7 +50,7 @@ def _communicate(
             if not exited and pidfd is None:
                 exited = _has_exited(proc.pid)
                 if exited:
-                    _kill_all(proc.pid, uid)
+                    kill_all(proc.pid, uid)
             if exited and open_outputs == 0:
                 return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()]), False, False
             remaining = deadline - time.monotonic()
@@ -61,7 +61,7 @@ def _communicate(
                 if fd == pidfd:
                     sel.unregister(fd)
                     exited = True
-                    _kill_all(proc.pid, uid)
+                    kill_all(proc.pid, uid)
                 elif fd == stdin_fd:
                     try:
                         sent += os.write(fd, data[sent : sent + 65536])
@@ -90,11 +90,11 @@ def _communicate(
 
 
 def _has_exited(pid: int) -> bool:
-    """Exit check that leaves the child a zombie, so its pgid stays reserved for `_kill_all`."""
+    """Exit check that leaves the child a zombie, so its pgid stays reserved for `kill_all`."""
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _kill_all(pgid: int, uid: int | None) -> None:
+def kill_all(pgid: int, uid: int | None) -> None:
     """SIGKILL the child's process group and, with a private uid, every live process of that uid.
 
     The uid sweep catches processes that escaped the group with setsid(); RLIMIT_NPROC bounds how
@@ -135,5 +135,5 @@ def _live_pids_of_uid(uid: int) -> list[int]:
     return found
 
 
-def _pick_uid() -> int:
-    return _UID_BASE + _UID_SOURCE.randrange(_UID_SPAN)
+def pick_uid() -> int:
+    return UID_BASE + _UID_SOURCE.randrange(UID_SPAN)
