@@ -7,6 +7,11 @@ thin-space thousands (`12\\,345`) and a trailing period (`5.`). So here:
 
 - the answer is the content of the last `\\boxed{...}` (braces balanced, `\\{` and `\\}` skipped) of the reply's
   answer part (`verl_mas.env.replies.answer_part`): no box, an unclosed last box or an empty one is no answer;
+- an answer that is not well-formed LaTeX (`verl_mas_envs.math.latex_form`: an unbalanced brace, `\\left`/`\\right`,
+  `\\begin`/`\\end` or bracket, an odd `$`, a dangling `^` or `_`) grades "malformed": math-verify would repair
+  `\\frac{3}{4` into 3/4;
+- `i` is the imaginary unit when no other letter appears on either side (`i` = `\\sqrt{-1}`, `i^2` = `-1`); beside
+  another letter (`i + j`, `x = i`) it stays a symbol, since it may be an index or a variable;
 - both sides are normalised: `$...$` and a trailing period dropped, thousands separators joined, Python's `**`
   read as `^`, and every decimal (repeating, finite, with an exponent) rewritten as the exact fraction it is, so
   math-verify compares exact rationals and a rounded decimal equals only itself;
@@ -26,6 +31,7 @@ from typing import Literal
 
 from verl_mas.env.replies import answer_part
 
+from .latex_form import is_well_formed
 from .verify_pool import GradingPool, default_pool
 
 #: longest answer graded; a longer one grades wrong without a look (no real answer is this long)
@@ -33,7 +39,7 @@ MAX_GRADED_CHARS = 1_000
 DEFAULT_DEADLINE_S = 5.0
 
 Reason = Literal[
-    "equal", "different", "no_answer", "too_long", "unit_mismatch", "set_vs_tuple", "timeout", "error"
+    "equal", "different", "no_answer", "too_long", "malformed", "unit_mismatch", "set_vs_tuple", "timeout", "error"
 ]  # fmt: skip
 
 _BOX = "\\boxed"
@@ -127,6 +133,8 @@ def grade_answer(
     answer = answer.strip()
     if len(answer) > MAX_GRADED_CHARS:
         return Grade(False, answer, "too_long")
+    if not is_well_formed(answer):
+        return Grade(False, answer, "malformed")
     gold_text = last_boxed(gold) if _BOX in gold else gold
     reason = _compare(_surface(gold_text or ""), _surface(answer), deadline_s, pool)
     return Grade(reason == "equal", answer, reason)

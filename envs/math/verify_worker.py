@@ -24,6 +24,7 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
         from math_verify import LatexExtractionConfig, parse, verify
+        from sympy import I
     except Exception as exc:  # the pool reports this as a start-up failure naming the cause
         replies.write(f"failed: {type(exc).__name__}: {exc}\n")
         replies.flush()
@@ -37,11 +38,30 @@ def main() -> None:
         try:
             golds = parse(gold, config, parsing_timeout=timeout_s)
             answers = parse(answer, config, parsing_timeout=timeout_s)
+            golds, answers = _imaginary_unit(golds, answers, I)
             reply = "1" if verify(golds, answers, timeout_seconds=timeout_s) else "0"
         except Exception:  # MemoryError and RecursionError included: that pair is not graded equal
             reply = "e"
         replies.write(reply + "\n")
         replies.flush()
+
+
+def _imaginary_unit(golds: list, answers: list, unit: object) -> tuple[list, list]:
+    """Both parses with the letter `i` read as the imaginary unit when no other letter appears.
+
+    math-verify reads `i` as a symbol, so `i` differs from `\\sqrt{-1}` and `i^2` from `-1`. A side with another
+    letter (`i + j`, `x = i`) keeps `i` a symbol: there it may be an index or a variable.
+    """
+    parsed = [item for item in golds + answers if hasattr(item, "free_symbols")]
+    letters = set().union(*(item.free_symbols for item in parsed))
+    if not letters or any(letter.name != "i" for letter in letters):  # math-verify's `i` carries assumptions
+        return golds, answers
+    as_unit = dict.fromkeys(letters, unit)
+
+    def read(items: list) -> list:
+        return [item.xreplace(as_unit) if hasattr(item, "free_symbols") else item for item in items]
+
+    return read(golds), read(answers)
 
 
 if __name__ == "__main__":

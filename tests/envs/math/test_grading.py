@@ -214,3 +214,99 @@ def test_pool_settings_and_a_worker_that_cannot_start() -> None:
     starved.close()
     with pytest.raises(RuntimeError, match="closed"):
         starved.verify("\\boxed{1}", "\\boxed{2}", 1.0)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "\\frac{3}{4",  # an unclosed brace: math-verify reads 3/4
+        "\\frac{3}{4}}",  # a stray closing brace
+        "\\frac{3}{4}}{",
+        "}\\frac{3}{4}{",  # as many braces, in the wrong order
+        "\\boxed{\\frac{3}{4}",  # an unclosed box inside the answer
+        "\\left(\\frac{3}{4}",  # \left without \right
+        "\\frac{3}{4}\\right)",  # \right without \left
+        "\\left(\\frac{3}{4}\\right)\\right)",
+        "\\frac{3}{4}^",  # dangling scripts
+        "\\frac{3}{4}_",
+        "\\frac{3}{4}^{}",
+        "\\frac{3}{4}^{ }",
+        "$\\frac{3}{4}",  # unmatched math delimiters
+        "\\frac{3}{4}$",
+        "$\\frac{3}{4}$$",
+        "\\(\\frac{3}{4}",
+        "\\frac{3}{4}\\]",
+        "\\frac{3}{4}\\",  # a lone backslash at the end
+        "(\\frac{3}{4}",  # brackets that never close
+        "\\frac{3}{4})",
+        "\\begin{matrix}\\frac{3}{4}",  # an environment that never ends
+        "\\frac{3}{4}\\end{matrix}",
+        "\\begin{matrix}\\frac{3}{4}\\end{pmatrix}",
+        "\\{\\frac{3}{4}",  # a set brace that never closes
+    ],
+)
+def test_malformed_latex_is_never_repaired_into_the_gold(answer: str) -> None:
+    grade = grade_answer("\\frac{3}{4}", answer)
+    assert (grade.correct, grade.reason) == (False, "malformed"), grade
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("\\frac{3}{4}", "\\frac34"),  # LaTeX's one-token arguments are well formed
+        ("\\frac{3}{4}", "\\frac{3}4"),
+        ("\\sqrt{2}", "\\sqrt2"),
+        ("(x+1)^2", "\\left(x+1\\right)^2"),
+        ("\\{1,2\\}", "\\left\\{1,2\\right\\}"),  # \left\{ is a delimiter, not a group of its own
+        ("[1,2)", "\\left[1,2\\right)"),
+        ("(-\\infty, 3]", "(-\\infty,3]"),  # an interval mixes its brackets
+        ("\\frac{1}{2}", "\\left.\\frac{1}{2}\\right."),
+        ("x_1", "x_{1}"),
+        ("5", "$5$"),
+        ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+    ],
+)
+def test_well_formed_latex_still_grades_equal(gold: str, answer: str) -> None:
+    grade = grade_answer(gold, answer)
+    assert grade.correct, grade
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("i", "\\sqrt{-1}"),
+        ("\\sqrt{-1}", "i"),
+        ("-1", "i^2"),
+        ("i^2", "-1"),
+        ("1", "i^4"),
+        ("2i", "\\sqrt{-4}"),
+        ("1+i", "\\frac{2}{1-i}"),
+        ("3+4i", "(2+i)^2"),
+        ("e^{i\\pi}", "-1"),
+        ("\\mathrm{i}", "\\sqrt{-1}"),
+        ("\\{i,-i\\}", "\\{\\sqrt{-1},-\\sqrt{-1}\\}"),
+    ],
+)
+def test_i_is_the_imaginary_unit_when_it_is_the_only_letter(gold: str, answer: str) -> None:
+    grade = grade_answer(gold, answer)
+    assert grade.correct, grade
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("i", "1"),
+        ("i", "-i"),
+        ("i", "-\\sqrt{-1}"),
+        ("1", "i^2"),
+        ("i^2", "1"),
+        ("-1", "i"),
+        ("2", "\\sqrt{-4}"),
+        ("i", "j"),
+        ("i+j", "\\sqrt{-1}+j"),  # another letter: `i` may be an index, so it stays a symbol
+        ("x", "\\sqrt{-1}"),
+    ],
+)
+def test_complex_values_that_differ_stay_different(gold: str, answer: str) -> None:
+    grade = grade_answer(gold, answer)
+    assert not grade.correct, grade
