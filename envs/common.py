@@ -45,9 +45,13 @@ def draw_board(
 
 @dataclass(frozen=True)
 class Unreadable:
-    """No answer could be read from a reply, or from what a tool program printed; `reason` says why."""
+    """No answer could be read from a reply, or from what a tool program printed; `reason` says why.
+
+    `infra`: the sandbox could not run the program (not the model's fault; see `verl_mas.env.INFRA_FAILURE`).
+    """
 
     reason: str
+    infra: bool = False
 
 
 def run_tool_program(code: str, stdin: str, time_limit_s: float) -> str | Unreadable:
@@ -58,6 +62,8 @@ def run_tool_program(code: str, stdin: str, time_limit_s: float) -> str | Unread
         return Unreadable("the program is not valid text (it holds a lone surrogate)")
     limits = SandboxLimits(wall_time_s=time_limit_s, cpu_time_s=math.ceil(time_limit_s))
     result = run_python(code, stdin=stdin, limits=limits)
+    if result.infra_error is not None:
+        return Unreadable(result.infra_error, infra=True)
     if result.timed_out:
         return Unreadable("the program ran out of time")
     if result.memory_exceeded:

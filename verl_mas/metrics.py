@@ -1,4 +1,5 @@
-"""Rollout metrics: success, invalid moves, environment errors, and per role-and-turn group statistics."""
+"""Rollout metrics: success, invalid moves, environment errors, infrastructure failures, and per role-and-turn group
+statistics."""
 
 from __future__ import annotations
 
@@ -43,6 +44,27 @@ def rollout_metrics(results: Sequence[EpisodeResult], prefix: str = "rollout") -
         metrics[f"{prefix}/group_reward_std"] = float(np.mean(stds))
         metrics[f"{prefix}/zero_variance_share"] = float(np.mean([sd == 0.0 for sd in stds]))
     return metrics
+
+
+INFRA_FAILURES = "mas/infra_failures"
+
+
+class InfraFailureLimit(RuntimeError):
+    """More of a step's samples than allowed could not be judged: the sandbox or the judge is failing, not the model."""
+
+
+def infra_failure_metrics(failures: int, samples: int, max_share: float, key: str) -> dict[str, float]:
+    """`mas/infra_failures` (samples the judge could not run, left out of training) for one step of `samples`.
+
+    Raises:
+        InfraFailureLimit: failures are more than `max_share` of the samples; `key` names the setting.
+    """
+    if samples and failures / samples > max_share:
+        raise InfraFailureLimit(
+            f"{failures} of {samples} samples could not be judged (the sandbox or the judge failed, not the model: "
+            f"see the samples' infra_failure), more than {key} = {max_share}; fix the host or raise {key}"
+        )
+    return {INFRA_FAILURES: float(failures)}
 
 
 def role_turn_stats(results: Sequence[EpisodeResult]) -> dict[tuple[str, int], dict[str, float]]:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from verl_mas.env import Message, MultiAgentEnv, StepResult, Task, make_env
+from verl_mas.env import INFRA_FAILURE, Message, MultiAgentEnv, StepResult, Task, make_env
 from verl_mas.offload import offloaded_steps, step_in_thread
 from verl_mas.router import PolicyRouter
 from verl_mas.sample import Sample
@@ -241,7 +241,8 @@ async def _tree_step(
         steps = await _run_steps(moves, task, f"step({req.role})", req.order, blocking)
         rewards = [config.alpha * s.team_reward + s.local_reward for s in steps]
         scores = rewards if config.select == "reward" else [s.team_reward for s in steps]
-        best = max(range(len(scores)), key=lambda i: (scores[i], -i))  # ties: lowest index
+        # a candidate the judge could not run goes on only if every one failed so; ties: lowest index
+        best = max(range(len(scores)), key=lambda i: (INFRA_FAILURE not in steps[i].info, scores[i], -i))
         for branch, (gen, step, reward) in enumerate(zip(candidates, steps, rewards, strict=True)):
             result.samples.append(_make_sample(task, req, turn, branch, gen, step, reward, branch == best))
             result.invalid_moves += int(not step.valid)
@@ -311,6 +312,7 @@ def _make_sample(
         continued=cont,
         valid=step.valid,
         text=gen.text,
+        infra_failure=None if step.info.get(INFRA_FAILURE) is None else str(step.info[INFRA_FAILURE]),
     )
 
 

@@ -14,7 +14,8 @@ class Sample:
     """One candidate generation of one role at one turn of one task: one training sample.
 
     `reward` is the mixed reward alpha * team_reward + local_reward; `continued` marks the branch
-    whose state the episode went on from.
+    whose state the episode went on from. `infra_failure` says why the move could not be judged (the sandbox or the
+    judge failed, not the model): such a sample is left out of its group's statistics and of the update.
     """
 
     task_uid: str
@@ -31,10 +32,16 @@ class Sample:
     continued: bool
     valid: bool = True
     text: str = ""
+    infra_failure: str | None = None
 
     @property
     def group_key(self) -> tuple[str, str, int]:
         return (self.task_uid, self.role, self.turn)
+
+
+def trainable(samples: Sequence[Sample]) -> list[Sample]:
+    """The samples that train: every one but those the judge could not run (`Sample.infra_failure`)."""
+    return [s for s in samples if s.infra_failure is None]
 
 
 @dataclass

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from verl_mas.env import StepResult, register_env
+from verl_mas.env import INFRA_FAILURE, StepResult, register_env
 from verl_mas.env.replies import answer_part, extract_python
 from verl_mas_envs.common import (
     INVALID_OUTPUT_REWARD,
@@ -51,7 +51,7 @@ from verl_mas_envs.common import (
 from verl_mas_envs.problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 
 from .cases import CallCase, CodeProblem, StdinCase, TestCase
-from .judge import CaseResult, JudgeLimits, Program, judge, judge_each
+from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge, judge_each
 from .mutants import mutants
 from .problems import brief_statement, check_options, file_problem, file_problems, task_problem
 
@@ -228,6 +228,8 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         if source is None:
             return INVALID_OUTPUT_REWARD, False, {"error": "no ```python code block"}, state
         results = _judged(self._program(source), self.problem.hidden, self.config.limits)
+        if (why := infra_failure(results)) is not None:  # not the program's doing: no verdict, the state stays
+            return 0.0, True, {INFRA_FAILURE: why}, state
         if any(r.status == "syntax_error" for r in results):
             error = next(r.actual for r in results if r.status == "syntax_error")
             return INVALID_OUTPUT_REWARD, False, {"error": f"the program does not compile: {error}"}, state
@@ -247,18 +249,24 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         if not reply.cases:
             return INVALID_OUTPUT_REWARD, False, {"error": "no usable test case", "degenerate": reply.degenerate}, state
         credited = self._credited(state, reply.cases)
+        if isinstance(credited, str):  # the judge could not run a program on the cases: no credit can be given
+            return 0.0, True, {INFRA_FAILURE: credited}, state
         share = sum(credited) / (len(reply.cases) + reply.degenerate)
         info = {"cases": len(reply.cases), "degenerate": reply.degenerate, "credited": sum(credited)}
         return share, True, info, replace(state, pending_cases=reply.cases)
 
-    def _credited(self, state: CodeState, cases: tuple[TestCase, ...]) -> list[bool]:
-        """Which cases a correct program passes and some known-wrong program fails."""
+    def _credited(self, state: CodeState, cases: tuple[TestCase, ...]) -> list[bool] | str:
+        """Which cases a correct program passes and some known-wrong program fails; why not, when the judge could
+        not run one of them."""
         correct = self.problem.reference if self.problem.reference is not None else state.passing
         wrong = [*self._known_wrong(), *state.failing]
         if correct is None or not wrong:
             return [False] * len(cases)
         programs = [self._program(source) for source in (correct, *wrong)]
         correct_results, *wrong_results = judge_each(programs, cases, self.config.limits, run=_judged)
+        for results in (correct_results, *wrong_results):
+            if (why := infra_failure(results)) is not None:
+                return why
         return [
             correct_results[i].passed and any(not results[i].passed for results in wrong_results)
             for i in range(len(cases))
@@ -452,21 +460,42 @@ def _written_cases(cases: Sequence[TestCase], problem: CodeProblem) -> str:
     return "```python\n" + "\n".join(lines) + "\n```"
 
 
-@functools.lru_cache(maxsize=1024)
+class _NotJudged(Exception):
+    """The judge could not run the program: raised through the cache so that the failure is not remembered."""
+
+    def __init__(self, results: tuple[CaseResult, ...]) -> None:
+        super().__init__(infra_failure(results))
+        self.results = results
+
+
 def _judged(program: Program, cases: tuple[TestCase, ...], limits: JudgeLimits) -> tuple[CaseResult, ...]:
-    """Judging is deterministic given its inputs: the rollout's replay of a chosen move then costs no sandbox run."""
-    return judge(program, cases, limits)
+    """Judging is deterministic given its inputs: the rollout's replay of a chosen move then costs no sandbox run.
+    A run the judge could not make is not cached: the next call tries again."""
+    try:
+        return _judged_and_cached(program, cases, limits)
+    except _NotJudged as failed:
+        return failed.results
+
+
+@functools.lru_cache(maxsize=1024)
+def _judged_and_cached(program: Program, cases: tuple[TestCase, ...], limits: JudgeLimits) -> tuple[CaseResult, ...]:
+    results = judge(program, cases, limits)
+    if infra_failure(results) is not None:
+        raise _NotJudged(results)
+    return results
 
 
 @functools.lru_cache(maxsize=256)
 def _known_wrong(problem: CodeProblem, count: int, limits: JudgeLimits) -> tuple[str, ...]:
-    """The task's wrong programs and up to `count` mutants of its reference that fail some hidden case."""
+    """The task's wrong programs and up to `count` mutants of its reference that fail some hidden case (a mutant the
+    judge could not run is not known to fail)."""
     found = list(problem.wrong)
     if problem.reference is not None and count:
         candidates = mutants(problem.reference, count * 3, problem.uid)
         programs = [Program.for_problem(problem, source) for source in candidates]
         for source, results in zip(candidates, judge_each(programs, problem.hidden, limits), strict=True):
-            if len(found) - len(problem.wrong) < count and not all(r.passed for r in results):
+            fails = not all(r.passed for r in results) and infra_failure(results) is None
+            if len(found) - len(problem.wrong) < count and fails:
                 found.append(source)
     return tuple(found)
 

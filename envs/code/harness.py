@@ -7,9 +7,10 @@
  "case_time_s": per case, "budget_s": for all cases, "output_bytes": kept per case}
 and reads one line back: MARK followed by a JSON list, one {"status", "output", "error"} per case. Status is "ok",
 "error" (raised or exited non-zero), "timeout", "output_limit", "syntax_error", "no_function", "bad_return" (a
-function returned something that is not plain data) or "not_run" (the budget was spent). For a stdin case "output"
-is what the program printed; for a call case the returned value's repr; the comparison with the expected result
-happens outside the sandbox, which never holds it.
+function returned something that is not plain data), "not_run" (the budget was spent) or "infra" (the harness's own
+pipes or fork failed: the judge could not run the case). For a stdin case "output" is what the program printed; for
+a call case the returned value's repr; the comparison with the expected result happens outside the sandbox, which
+never holds it.
 
 Each case runs in a fresh child forked from this process before any model code ran here, so a case cannot see the
 state an earlier case left, and this process, which never executes the program, keeps the time: it kills a case's
@@ -70,13 +71,18 @@ def run_job(job: dict) -> list[dict]:
 
 
 def run_case(code, job: dict, case: dict, pristine_builtins: dict, seconds: float) -> dict:
-    stdin_r, stdin_w = os.pipe()
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    result_r, result_w = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
+    opened = []
+    try:  # the harness's own pipes and fork: failing here is the host's doing, before any program code ran
+        for _ in range(4):
+            opened.extend(os.pipe())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+    except OSError as exc:
+        for fd in opened:
+            os.close(fd)
+        return {"status": "infra", "output": "", "error": f"the judge could not start the case: {exc}"}
+    stdin_r, stdin_w, out_r, out_w, err_r, err_w, result_r, result_w = opened
     if pid == 0:
         for fd in (stdin_w, out_r, err_r, result_r):
             os.close(fd)

@@ -27,6 +27,7 @@ from .cases import (
 
 HARNESS_OVERHEAD_S = 2.0  # the sandbox's start and the harness's own work, on top of the cases' budget
 SHOWN_CHARS = 300  # of an actual output or an error, in a CaseResult
+INFRA = "infra"  # the status of a case the judge could not run
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,9 @@ class CaseResult:
     Attributes:
         passed: the case's expected result was met.
         status: "passed", "wrong" (ran, result differs) or why it did not run to a result: "error", "timeout",
-            "output_limit", "syntax_error", "no_function", "bad_return", "not_run", "crash" (the run failed).
+            "output_limit", "syntax_error", "no_function", "bad_return", "not_run", "crash" (the run failed), or
+            "infra": the judge could not run it (the sandbox or the harness failed, and failed again when retried):
+            not the program's fault, see `infra_failure`.
         actual: what the program printed or returned, or its error (short).
     """
 
@@ -103,8 +106,13 @@ def judge(program: Program, cases: Sequence[TestCase], limits: JudgeLimits = Jud
         memory_mb=limits.memory_mb,
         max_output_bytes=len(cases) * 6 * (limits.output_bytes + harness.ERROR_CHARS + 100) + 4096,  # JSON escapes
     )
-    run = run_python(_harness_source(), json.dumps(job), sandbox_limits)
+    run = run_python(_harness_source(), json.dumps(job), sandbox_limits)  # a failed sandbox is retried in there
     reports = _reports(run.stdout, len(cases))
+    if reports is not None and any(report["status"] == INFRA for report in reports):  # the harness failed: once more
+        run = run_python(_harness_source(), json.dumps(job), sandbox_limits)
+        reports = _reports(run.stdout, len(cases))
+    if run.infra_error is not None:
+        return tuple(CaseResult(False, INFRA, run.infra_error[:SHOWN_CHARS]) for _ in cases)
     if reports is None:
         why = "timeout" if run.timed_out else "crash"
         detail = (run.stderr.strip().splitlines() or [f"the judge's run ended with {run.exit_code}"])[-1]
@@ -125,6 +133,11 @@ def judge_each(
         return [run(program, cases, limits) for program in programs]
     with ThreadPoolExecutor(min(workers, len(programs)), thread_name_prefix="verl_mas_judge") as pool:
         return list(pool.map(lambda program: run(program, cases, limits), programs))
+
+
+def infra_failure(results: Sequence[CaseResult]) -> str | None:
+    """Why the judge could not run a program on some case (the sandbox or the harness failed); None when it could."""
+    return next((result.actual for result in results if result.status == INFRA), None)
 
 
 def pass_rate(results: Sequence[CaseResult]) -> float:

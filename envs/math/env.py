@@ -37,7 +37,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from verl_mas.dataset import SPLITS, data_source, verl_row
-from verl_mas.env import StepResult, Task, register_env
+from verl_mas.env import INFRA_FAILURE, StepResult, Task, register_env
 from verl_mas.env.replies import extract_python
 from verl_mas_envs.common import (
     INVALID_OUTPUT_REWARD,
@@ -103,6 +103,7 @@ class Attempt:
     answer: str | None
     correct: bool = False
     error: str = ""
+    infra: bool = False  # the sandbox could not run the tool's program: `error` says why
 
 
 def _frozen(mapping: Mapping[str, Attempt] | None = None) -> Mapping[str, Attempt]:
@@ -230,7 +231,10 @@ class MathEnv(ProblemTeamEnv[MathConfig, MathProblem, MathState]):
         info: dict[str, object] = {"answer": attempt.answer, "correct": attempt.correct}
         if attempt.error:
             info["error"] = attempt.error
-        return StepResult(team_reward, local, self.done, valid=attempt.answer is not None, info=info)
+        if attempt.infra:
+            info[INFRA_FAILURE] = attempt.error
+        valid = attempt.answer is not None or attempt.infra  # a program the sandbox could not run was no bad move
+        return StepResult(team_reward, local, self.done, valid=valid, info=info)
 
     def expert(self, role: str) -> str | None:
         self._check_role(role)
@@ -257,7 +261,7 @@ class MathEnv(ProblemTeamEnv[MathConfig, MathProblem, MathState]):
             return Attempt(None, error="no ```python code block")
         printed = run_tool_program(code, "", self.config.code_time_limit_s)
         if isinstance(printed, Unreadable):
-            return Attempt(None, error=printed.reason)
+            return Attempt(None, error=printed.reason, infra=printed.infra)
         lines = [line.strip() for line in printed.splitlines() if line.strip()]
         answer = lines[-1] if lines else None
         if answer is not None and "\\boxed" in answer:

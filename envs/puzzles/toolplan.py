@@ -26,7 +26,7 @@ import abc
 from dataclasses import dataclass, replace
 from typing import Generic, Literal, TypeVar
 
-from verl_mas.env import Message, MultiAgentEnv, StepResult, Task, Workflow
+from verl_mas.env import INFRA_FAILURE, Message, MultiAgentEnv, StepResult, Task, Workflow
 from verl_mas.env.replies import extract_python
 from verl_mas_envs.common import (
     INVALID_OUTPUT_REWARD,
@@ -247,7 +247,11 @@ class ToolPlanEnv(MultiAgentEnv, Generic[C, BoardT, S, A]):
         return self._state
 
     def _tool_step(self, text: str) -> StepResult:
-        self._state, move = self.propose(self._tool_answer(text))
+        answer = self._tool_answer(text)
+        self._state, move = self.propose(answer)
+        if isinstance(answer, Unreadable) and answer.infra:  # the sandbox failed, not the model: no bad move
+            info = {**move.info, INFRA_FAILURE: answer.reason}
+            return StepResult(self.team_reward(), move.local_reward, False, info=info)
         return StepResult(self.team_reward(), move.local_reward, False, valid=move.valid, info=move.info)
 
     def _tool_answer(self, text: str) -> A | Unreadable:

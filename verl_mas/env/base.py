@@ -50,6 +50,9 @@ class Task:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+INFRA_FAILURE = "infra_failure"
+
+
 @dataclass(frozen=True)
 class StepResult:
     """What one role's move did.
@@ -59,7 +62,8 @@ class StepResult:
         local_reward: how good this role's own move was (includes the invalid-move penalty).
         done: the episode is over (solved, or failed beyond repair).
         valid: the move could be parsed and applied.
-        info: free-form diagnostics (never needed by the rollout).
+        info: free-form diagnostics, read by the rollout only at `INFRA_FAILURE`: why the move could not be judged
+            (the sandbox or the judge failed, not the model); the sample is then left out of training.
     """
 
     team_reward: float

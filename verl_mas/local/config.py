@@ -100,6 +100,9 @@ class LocalTrainConfig:
     k: int = 4
     alpha: float = 1.0
     grouping: Grouping = "task_role_turn"
+    # Samples the judge could not run (the sandbox failed, not the model) are left out of training and counted as
+    # mas/infra_failures; a step where they are more than this share of its samples stops the run.
+    max_infra_failure_share: float = 0.1
     tasks_per_step: int = 16
     steps: int = 300
     eval_tasks: int = 256
@@ -201,6 +204,7 @@ SEED = Range(0, 2**32 - 1, integer=True)  # numpy's seed range
 NUMERIC_KEYS: dict[str, Range] = {
     "k": COUNT,
     "alpha": WEIGHT,
+    "max_infra_failure_share": PROBABILITY,
     "tasks_per_step": COUNT,
     "steps": COUNT_OR_ZERO,
     "eval_tasks": COUNT,

@@ -27,7 +27,7 @@ from verl_mas.local.policies import build_policies, resolve_device
 from verl_mas.local.reporting import MetricsSink, plot_learning_curve
 from verl_mas.local.tokenizer import load_tokenizer
 from verl_mas.local.warm_start import check_warm_start_roles, collect_expert_pairs, expert_tokenizer, warn_of_cut_moves
-from verl_mas.metrics import rollout_metrics
+from verl_mas.metrics import infra_failure_metrics, rollout_metrics
 from verl_mas.rollout import (
     EnvFactory,
     EpisodeResult,
@@ -37,7 +37,7 @@ from verl_mas.rollout import (
     rollout_tasks,
 )
 from verl_mas.router import PolicyRouter
-from verl_mas.sample import Sample, samples_to_tensors
+from verl_mas.sample import Sample, samples_to_tensors, trainable
 
 CHECKPOINT_DIR = "checkpoints"
 TOKENIZER_DIR = "tokenizer"
@@ -164,8 +164,11 @@ class LocalRun:
             "time/generation_s": sampling_s,
             "time/generator_overhead_s": stats.serving_s - serving_before - sampling_s,
         }
-        samples = [s for r in results for s in r.samples]
-        metrics = rollout_metrics(results)
+        rolled_out = [s for r in results for s in r.samples]
+        samples = trainable(rolled_out)  # a sample the judge could not run is in no group and no update
+        metrics = rollout_metrics(results) | infra_failure_metrics(
+            len(rolled_out) - len(samples), len(rolled_out), config.max_infra_failure_share, "max_infra_failure_share"
+        )
         if samples:
             started = time.perf_counter()
             advantages = sample_advantages(samples, config.grouping)

@@ -165,6 +165,8 @@ def _guard_signals():
     os.kill, os.killpg = guarded_kill, guarded_killpg
 
 _guard_signals()
+os.write(cfg["started_fd"], b"1")  # the setup is done: what fails from here on is the program's
+os.close(cfg["started_fd"])
 import types
 main = types.ModuleType("__main__")
 main.__file__ = "main.py"

@@ -65,10 +65,13 @@ class SandboxResult:
     timed_out: bool  # wall-clock or CPU-time limit hit
     memory_exceeded: bool
     output_truncated: bool
+    # set when the sandbox itself failed (no process could be started, or the bootstrap's setup failed before the
+    # program ran): the judge could not run the program, which is not the program's fault
+    infra_error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
+        return self.exit_code == 0 and not self.timed_out and self.infra_error is None
 
 
 _MEMORY_ERROR = re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory")
@@ -80,8 +83,13 @@ def run_python(code: str, stdin: str = "", limits: SandboxLimits | None = None) 
     """Run `code` as a Python program in the sandbox, feeding it `stdin`; never raises for child misbehaviour.
 
     The first call detects which isolation layers are available (`protections()`) and warns once about missing ones.
+    A run the sandbox itself failed (`SandboxResult.infra_error`) is tried once more before it is returned.
     """
-    return _execute(code, stdin, limits or SandboxLimits(), protections())
+    layers = protections()
+    result = _execute(code, stdin, limits or SandboxLimits(), layers)
+    if result.infra_error is not None:
+        result = _execute(code, stdin, limits or SandboxLimits(), layers)
+    return result
 
 
 DEFAULT_MAX_CONCURRENCY = max(1, os.cpu_count() or 1)
@@ -146,11 +154,20 @@ def _weaker_message(found: Protections) -> str:
 
 
 def _execute(code: str, stdin: str, limits: SandboxLimits, layers: Protections) -> SandboxResult:
-    workdir = os.path.realpath(tempfile.mkdtemp(prefix="verl_mas_sandbox_"))
+    try:
+        workdir = os.path.realpath(tempfile.mkdtemp(prefix="verl_mas_sandbox_"))
+    except OSError as exc:
+        return _infra_failure(f"no work dir: {exc}")
     try:
         return _run_in(workdir, code, stdin, limits, layers)
+    except OSError as exc:  # the parent's own calls (fork, pipes, pidfd) failed: the host, not the program
+        return _infra_failure(f"{type(exc).__name__}: {exc}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _infra_failure(why: str) -> SandboxResult:
+    return SandboxResult("", "", None, False, False, False, infra_error=f"the sandbox could not run the program: {why}")
 
 
 def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: Protections) -> SandboxResult:
@@ -180,17 +197,28 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: 
         ],
     }
     env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8"}
+    # The bootstrap writes one byte here once its setup is done, just before the program runs, and closes it: a run
+    # without that byte failed in the sandbox's setup. The program cannot undo the byte, so it cannot fake that.
+    started_read, started_write = os.pipe()
+    config["started_fd"] = started_write
     start = time.monotonic()
-    proc = subprocess.Popen(
-        [INTERPRETER, "-I", "-S", "-c", BOOTSTRAP, json.dumps(config)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=workdir,
-        env=env,
-        start_new_session=True,
-        close_fds=True,
-    )
+    try:
+        proc = subprocess.Popen(
+            [INTERPRETER, "-I", "-S", "-c", BOOTSTRAP, json.dumps(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+            pass_fds=(started_write,),
+        )
+    except OSError:
+        os.close(started_read)
+        raise
+    finally:
+        os.close(started_write)
     try:
         out, err, timed_out, truncated = communicate(
             proc, stdin.encode("utf-8", "surrogatepass"), start + limits.wall_time_s, limits.max_output_bytes, uid
@@ -201,8 +229,11 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: 
             pipe.close()
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = exit_code = os.waitstatus_to_exitcode(status)
+        with os.fdopen(started_read, "rb") as started:  # every writer is gone: this read cannot block
+            program_started = started.read(1) == b"1"
     cpu_exceeded = exit_code == -signal.SIGXCPU or usage.ru_utime + usage.ru_stime >= limits.cpu_time_s
     stderr = err.decode("utf-8", errors="replace")
+    setup_error = (stderr.strip().splitlines() or [f"exit code {exit_code}"])[-1]
     return SandboxResult(
         stdout=out.decode("utf-8", errors="replace"),
         stderr=stderr,
@@ -210,7 +241,9 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: 
         timed_out=timed_out or cpu_exceeded,
         memory_exceeded=exit_code != 0 and _MEMORY_ERROR.search(stderr) is not None,
         output_truncated=truncated,
+        infra_error=None if program_started else f"the sandbox's setup failed: {setup_error}",
     )
+
 
 
 def _open_files_limit() -> int:

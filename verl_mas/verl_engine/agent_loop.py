@@ -184,6 +184,7 @@ def _sample_fields(sample: Sample, *, env_error: bool) -> dict[str, Any]:
         "continued": sample.continued,
         "valid": sample.valid,
         "env_error": env_error,
+        "infra_failure": sample.infra_failure is not None,
     }
 
 

@@ -16,6 +16,7 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 
 from verl_mas.advantage import group_ids, registered_estimator
+from verl_mas.metrics import infra_failure_metrics
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,12 @@ class SampleTags:
     env_error: np.ndarray  # [n] bool
     valid: np.ndarray  # [n] bool
     padding: np.ndarray  # [n] bool
+    infra_failure: np.ndarray  # [n] bool: the judge could not run the sample's move; it does not train
+
+    @property
+    def trained(self) -> np.ndarray:
+        """[n] bool: the rows that take part in their groups and the update (no padding, no infra failure)."""
+        return ~self.padding & ~self.infra_failure
 
     @classmethod
     def from_rows(cls, extra_fields: Sequence[Any], padding: Sequence[bool]) -> SampleTags:
@@ -41,7 +48,7 @@ class SampleTags:
         if len(extra_fields) != len(padding):
             raise ValueError(f"at_grpo step: {len(extra_fields)} rows of extra_fields for {len(padding)} tags")
         keys = ("task_uid", "role", "turn", "policy", "mixed_reward")
-        columns: dict[str, list] = {key: [] for key in (*keys, "env_error", "valid")}
+        columns: dict[str, list] = {key: [] for key in (*keys, "env_error", "valid", "infra_failure")}
         for row, (fields, is_padding) in enumerate(zip(extra_fields, padding, strict=True)):
             fields = fields if isinstance(fields, Mapping) else {}
             missing = [key for key in keys if fields.get(key) is None]
@@ -53,6 +60,7 @@ class SampleTags:
                 columns[key].append(fields.get(key, ""))
             columns["env_error"].append(bool(fields.get("env_error", False)))
             columns["valid"].append(bool(fields.get("valid", True)))
+            columns["infra_failure"].append(bool(fields.get("infra_failure", False)) and not is_padding)
         rewards = [0.0 if pad else float(r) for r, pad in zip(columns["mixed_reward"], padding, strict=True)]
         return cls(
             task_uid=np.array([str(v) for v in columns["task_uid"]], dtype=object),
@@ -63,6 +71,7 @@ class SampleTags:
             env_error=np.array(columns["env_error"], dtype=bool),
             valid=np.array(columns["valid"], dtype=bool),
             padding=np.array([bool(p) for p in padding], dtype=bool),
+            infra_failure=np.array(columns["infra_failure"], dtype=bool),
         )
 
 
@@ -99,10 +108,11 @@ def at_grpo_advantages(
 ) -> torch.Tensor:
     """[n, L] advantages from `at_grpo` grouped by (task uid, role, turn), or by task uid for grouping "task".
 
-    Padding rows take no part in any group and get zero advantages.
+    Padding rows and rows the judge could not run (`SampleTags.infra_failure`) take no part in any group and get
+    zero advantages.
     """
     advantages = torch.zeros_like(token_level_rewards)
-    real = ~tags.padding
+    real = tags.trained
     if not real.any():
         return advantages
     index = torch.from_numpy(np.nonzero(real)[0])
@@ -144,6 +154,12 @@ def sample_metrics(tags: SampleTags, grouping: str) -> dict[str, float]:
         metrics[f"mas/turn_{turn}/invalid_share"] = float((~tags.valid[rows]).mean())
         metrics[f"mas/turn_{turn}/samples"] = float(rows.sum())
     return metrics
+
+
+def infra_failures(tags: SampleTags, max_share: float) -> dict[str, float]:
+    """`mas/infra_failures` of a batch; raises `InfraFailureLimit` past `mas.max_infra_failure_share`."""
+    samples = int((~tags.padding).sum())
+    return infra_failure_metrics(int(tags.infra_failure.sum()), samples, max_share, "mas.max_infra_failure_share")
 
 
 def update_audit_record(step: int, policy: str, fields: Sequence[str], data: TensorDict, tags: SampleTags) -> dict:

@@ -56,6 +56,9 @@ class MasConfig:
             the no-tree baseline's grouping).
         policies: per-policy settings keyed by policy id (as the router names them); a policy not listed here
             uses the defaults of `PolicyConfig`.
+        max_infra_failure_share: samples the judge could not run (the sandbox failed, not the model) take no part
+            in their group or the update and count as mas/infra_failures; a step where they are more than this
+            share of its samples stops the run.
         update_audit: a JSONL path, or None: one line per step and policy with the fields and rows (task, role,
             turn, advantage) that policy's actor update received, read back as the actor reads them.
     """
@@ -66,6 +69,7 @@ class MasConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     grouping: Grouping = "task_role_turn"
     policies: Mapping[str, PolicyConfig] = field(default_factory=dict)
+    max_infra_failure_share: float = 0.1
     update_audit: str | None = None
 
     def __post_init__(self) -> None:
@@ -75,6 +79,9 @@ class MasConfig:
             raise MasConfigError(
                 "mas.rollout.with_expert must be false: expert moves feed scripted policies, not model generation"
             )
+        share = self.max_infra_failure_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
+            raise MasConfigError(f"mas.max_infra_failure_share must be a number in [0, 1], got {share!r}")
         if self.update_audit is not None and not (isinstance(self.update_audit, str) and self.update_audit):
             raise MasConfigError(f"mas.update_audit must be a file path or null, got {self.update_audit!r}")
         router = self.policy_router()

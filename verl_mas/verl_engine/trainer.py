@@ -35,6 +35,7 @@ from verl_mas.verl_engine.batch import (
     append_update_audit,
     at_grpo_advantages,
     batch_tags,
+    infra_failures,
     reward_scores,
     sample_metrics,
     split_by_policy,
@@ -308,6 +309,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         nested_mask = data["response_mask"]
         tags = batch_tags(data.pop("extra_fields"), batch.tags)
+        metrics.update(infra_failures(tags, self.mas.max_infra_failure_share))  # stops the run past the share
         proto = DataProto(batch=data.to_padded_tensor())
         response_mask = proto.batch["response_mask"]
         scores = reward_scores(tags, nested_mask.offsets().diff(), response_mask.shape[1])

@@ -352,3 +352,30 @@ def test_replaying_a_move_runs_no_program_again(monkeypatch) -> None:
     assert made >= 3  # the coder's program once, the tester's cases on the reference and the wrong program
     again = {role: env.clone().step(role, text) for role, text in reply.items()}
     assert again == first and len(runs) == made
+
+
+def test_a_move_the_judge_could_not_run_is_marked_and_not_remembered(monkeypatch) -> None:
+    from sandbox_faults import fail_sandbox_starts
+
+    from verl_mas.env import INFRA_FAILURE
+
+    program = ADDER + "# judged once the host has processes again\n"  # a right program, never judged before
+    env = started()
+    failed = fail_sandbox_starts(monkeypatch, every=True)
+    result = env.clone().step("coder", python(program))
+    assert result.valid and "Resource temporarily unavailable" in result.info[INFRA_FAILURE]
+    assert len(failed) == 2  # the judge's run, tried once more
+    monkeypatch.undo()
+    again = env.clone().step("coder", python(program))  # the failure was not cached: judged now, and right
+    assert INFRA_FAILURE not in again.info and again.local_reward == 1.0
+
+
+def test_a_tester_move_whose_programs_could_not_run_is_marked(monkeypatch) -> None:
+    from sandbox_faults import fail_sandbox_starts
+
+    from verl_mas.env import INFRA_FAILURE
+
+    env = started()
+    fail_sandbox_starts(monkeypatch, every=True)
+    result = env.clone().step("tester", cases(("1 1", "2"), ("-3 1", "-2")))
+    assert result.valid and INFRA_FAILURE in result.info and "credited" not in result.info

@@ -289,3 +289,32 @@ def test_a_forged_results_line_cannot_pass_unknown_expected_outputs() -> None:
         "stdin",
     )
     assert not any(r.passed for r in judge(forger, ADD_CASES, FAST))
+
+
+# --- the judge could not run the program -----------------------------------------------------------------------------
+
+
+def test_a_sandbox_that_cannot_start_is_the_judge_s_failure_not_the_program_s(monkeypatch) -> None:
+    from sandbox_faults import fail_sandbox_starts
+
+    fail_sandbox_starts(monkeypatch, every=True)
+    results = judge(ADDER, ADD_CASES, FAST)
+    assert statuses(results) == ["infra"] * 3
+    assert "Resource temporarily unavailable" in code_judge.infra_failure(results)
+    crashing = judge(Program("import os\nos._exit(1)\n", "stdin"), ADD_CASES, FAST)
+    assert statuses(crashing) == ["infra"] * 3  # nothing ran: no verdict on it either
+    monkeypatch.undo()
+    assert statuses(judge(Program("import os\nos._exit(1)\n", "stdin"), ADD_CASES, FAST)) == ["error"] * 3
+    assert code_judge.infra_failure(judge(ADDER, ADD_CASES, FAST)) is None
+
+
+def test_a_harness_that_cannot_fork_a_case_reports_it_as_infra(monkeypatch) -> None:
+    from verl_mas_envs.code import harness
+
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(harness.os, "fork", no_fork)
+    job = {"cases": [{"kind": "stdin", "input": "1 2\n"}], "output_bytes": 1000}
+    report = harness.run_case(compile("print(1)", "program.py", "exec"), job, job["cases"][0], {}, 1.0)
+    assert report["status"] == "infra" and "Resource temporarily unavailable" in report["error"]

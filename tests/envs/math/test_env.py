@@ -354,3 +354,35 @@ def test_the_tool_expert_computes_a_written_arithmetic_expression(problem, gold,
     program = env.expert("tool")
     assert program == f"```python\nprint({expected if expected is not None else repr(gold)})\n```"
     assert env.clone().step("tool", program).local_reward == 1.0
+
+
+def test_a_tool_program_the_sandbox_could_not_run_is_left_out_of_its_group(monkeypatch) -> None:
+    """The sandbox fails one candidate's run on purpose: that sample is marked, stays out of the group's mean and std,
+    and counts in mas/infra_failures."""
+    from sandbox_faults import FAIL_MARK, fail_sandbox_starts
+
+    from verl_mas.local.train import sample_advantages
+    from verl_mas.metrics import infra_failure_metrics
+    from verl_mas.sample import trainable
+
+    failed = fail_sandbox_starts(monkeypatch)
+    tool_programs = [code("print(0.3)"), code("print(0)"), code(f"print(0.3)\n{FAIL_MARK}")]
+
+    async def generate(request: GenerationRequest) -> list[Generation]:
+        texts = ["\\boxed{0.3}"] * 3 if request.role == "reasoner" else tool_programs
+        return [Generation(text=text, prompt_ids=(1,), response_ids=(2,)) for text in texts]
+
+    task = Task("math/0", "math", 0, "train", {"problem": TENTHS.problem, "answer": TENTHS.answer})
+    router = PolicyRouter.from_spec("shared", ("reasoner", "tool"))
+    result = asyncio.run(rollout_task(task, generate, router, RolloutConfig(k=3, max_turns=1)))
+    tool = [s for s in result.samples if s.role == "tool"]
+    assert [s.infra_failure is not None for s in tool] == [False, False, True] and len(failed) == 2  # retried once
+    assert [s.reward for s in tool[:2]] == [1.0, 0.0] and tool[2].valid
+    samples = trainable(result.samples)
+    advantages = sample_advantages(samples, "task_role_turn")
+    # the tool group is (1, 0): mean 0.5, unbiased std sqrt(0.5); with the failed sample it would be (1, 0, -0.5)
+    tool_advantages = [a for s, a in zip(samples, advantages.tolist(), strict=True) if s.role == "tool"]
+    assert tool_advantages == pytest.approx([0.5 / (0.5**0.5 + 1e-6), -0.5 / (0.5**0.5 + 1e-6)])
+    assert infra_failure_metrics(1, len(result.samples), 0.2, "max_infra_failure_share") == {"mas/infra_failures": 1.0}
+    with pytest.raises(RuntimeError, match=r"1 of 6 samples could not be judged .* max_infra_failure_share = 0.1"):
+        infra_failure_metrics(1, len(result.samples), 0.1, "max_infra_failure_share")

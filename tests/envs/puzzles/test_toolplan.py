@@ -79,3 +79,16 @@ def test_a_lone_surrogate_in_a_program_is_an_invalid_move_not_an_exception(name:
     result = env.step("tool", "```python\nprint('\ud800 U')\n```")
     assert not result.valid and result.local_reward == -0.5 and "lone surrogate" in result.info["error"]
     assert "lone surrogate" in env.observe("plan")[1]["content"]
+
+
+@pytest.mark.parametrize("name", PUZZLES)
+def test_a_program_the_sandbox_could_not_run_is_marked_not_an_invalid_move(name: str, monkeypatch) -> None:
+    from sandbox_faults import fail_sandbox_starts
+
+    from verl_mas.env import INFRA_FAILURE
+
+    env = make_env(name, tool_mode="code")
+    env.reset(Task(uid="t", env=name, seed=0))
+    failed = fail_sandbox_starts(monkeypatch, every=True)
+    result = env.step("tool", "```python\nprint('U')\n```")
+    assert result.valid and "Resource temporarily unavailable" in result.info[INFRA_FAILURE] and len(failed) == 2

@@ -125,3 +125,10 @@ def test_the_numeric_rules_cover_every_numeric_key():
     found = numeric_keys(LocalTrainConfig())
     assert "update.lr" in found and "sampling.role_max_new_tokens" in found and "update.betas" in found
     assert sorted(found) == sorted(NUMERIC_KEYS)
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5])
+def test_the_infra_failure_share_is_a_probability(share: float) -> None:
+    assert LocalTrainConfig().max_infra_failure_share == 0.1
+    with pytest.raises(ValueError, match="max_infra_failure_share"):
+        LocalTrainConfig(max_infra_failure_share=share)

@@ -545,3 +545,41 @@ def test_a_kernel_refusing_namespaces_is_reported_at_start() -> None:
         assert proc.returncode == 1 and proc.stdout == ""
         assert "RuntimeError: sandbox: a trivial program fails with layers ['private_uid']: " in proc.stderr
         assert f"the sandbox user must be able to read {prefix}" in proc.stderr
+
+
+def test_a_sandbox_that_cannot_start_the_program_is_an_infra_failure_retried_once(monkeypatch) -> None:
+    from sandbox_faults import fail_sandbox_starts
+
+    failed = fail_sandbox_starts(monkeypatch, every=True)
+    result = run_python("print(1)")
+    assert result.infra_error is not None and "Resource temporarily unavailable" in result.infra_error
+    assert not result.ok and result.exit_code is None
+    assert len(failed) == 2  # tried once more
+
+
+def test_one_failed_start_is_retried_and_the_program_runs(monkeypatch) -> None:
+    from sandbox_faults import fail_sandbox_starts
+
+    failed = fail_sandbox_starts(monkeypatch, every=True, times=1)
+    result = run_python("print(6 * 7)")
+    assert (result.stdout, result.infra_error, len(failed)) == ("42\n", None, 1)
+
+
+def test_a_setup_that_fails_before_the_program_runs_is_an_infra_failure() -> None:
+    # 1 MB of address space: the bootstrap cannot load what it needs, so the program never starts
+    result = run_python("print(1)", limits=SandboxLimits(memory_mb=1))
+    assert result.infra_error is not None and result.infra_error.startswith("the sandbox's setup failed")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import sys\nsys.exit(3)",
+        "import sys\nsys.stderr.write('sandbox: unshare: Operation not permitted\\n')\nsys.exit(1)",
+        "import os\nos._exit(1)",
+        "import os\nos.closerange(3, 1024)\nraise SystemExit(1)",  # no descriptor of the sandbox's is left to it
+    ],
+)
+def test_a_program_cannot_pass_its_own_failure_off_as_the_sandbox_s(code: str) -> None:
+    result = run_python(code)
+    assert result.exit_code != 0 and result.infra_error is None

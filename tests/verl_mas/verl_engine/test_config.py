@@ -161,3 +161,10 @@ def test_gpus_per_policy_rejects_splits_that_do_not_fit(policies, n_gpus, messag
     config = MasConfig.from_mapping(mas(policies=policies))
     with pytest.raises(MasConfigError, match=r"^mas\.policies\.\*\.n_gpus_per_node: " + message):
         config.gpus_per_policy(n_gpus)
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, "half", True])
+def test_the_infra_failure_share_is_a_number_in_the_unit_interval(share):
+    assert MasConfig.from_mapping({"env": "sudoku"}).max_infra_failure_share == 0.1
+    with pytest.raises(MasConfigError, match="mas.max_infra_failure_share must be a number in"):
+        MasConfig.from_mapping({"env": "sudoku", "max_infra_failure_share": share})

@@ -203,3 +203,20 @@ def test_update_audit_reads_each_rows_advantage_and_logprob_gap_on_its_response_
     assert padding["padding"] and padding["reward"] == 0.0
     without = update_audit_record(4, "p", ["response_mask"], data.exclude("advantages"), tags)
     assert without["rows"][0]["advantage"] is None and without["rows"][0]["logprob_gap"] == 0.5
+
+
+def test_a_row_the_judge_could_not_run_is_in_no_group_and_counted():
+    from verl_mas.metrics import InfraFailureLimit
+    from verl_mas.verl_engine.batch import infra_failures
+
+    rows = [{"task_uid": "T", "role": "a", "turn": 0, "policy": "p", "mixed_reward": r} for r in (0.0, 1.0, 2.0)]
+    failed = dict(rows[0], mixed_reward=-0.5, infra_failure=True)  # scored as the program failing: it did not run
+    tags = SampleTags.from_rows([*rows, failed, dict(failed)], [False, False, False, False, True])
+    scores = reward_scores(tags, torch.tensor([1, 1, 1, 1, 1]), 1)
+    advantages = at_grpo_advantages(scores, torch.ones(5, 1), tags, "task_role_turn", ALGORITHM)
+    # the group is (0, 1, 2): mean 1, std 1; with the failed row it would be (0, 1, 2, -0.5)
+    assert advantages[:, 0].tolist() == pytest.approx([-1, 0, 1, 0, 0], abs=1e-5)
+    assert tags.infra_failure.tolist() == [False, False, False, True, False]  # a padding row is never one
+    assert infra_failures(tags, 0.25) == {"mas/infra_failures": 1.0}
+    with pytest.raises(InfraFailureLimit, match=r"1 of 4 samples .* mas.max_infra_failure_share = 0.2"):
+        infra_failures(tags, 0.2)
