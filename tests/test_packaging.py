@@ -4,8 +4,9 @@ else: a folder missing from `packages` imports in the checkout and fails after `
 from __future__ import annotations
 
 import importlib.util
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

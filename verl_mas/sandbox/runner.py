@@ -245,7 +245,6 @@ def _run_in(workdir: str, code: str, stdin: str, limits: SandboxLimits, layers: 
     )
 
 
-
 def _open_files_limit() -> int:
     """MAX_OPEN_FILES, or the parent's lower hard limit (only root may raise a hard limit)."""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]

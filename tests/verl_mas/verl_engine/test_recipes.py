@@ -101,7 +101,8 @@ LEVEL_OVERRIDES = {
     "shared": ["mas.env_options.single_agent=false", "mas.router=shared"],
     "per_role": ["mas.env_options.single_agent=false", "mas.router=per_role"],
 }
-TEAMS = {"code": (("coder", "tester"), ("coder",)), "math": (("reasoner", "tool"), ("reasoner",))}  # (roles, the single agent's role) where not tool and plan
+# (roles, the single agent's role) where not tool and plan
+TEAMS = {"code": (("coder", "tester"), ("coder",)), "math": (("reasoner", "tool"), ("reasoner",))}
 # each script composed with one level, each level twice, the 8B per-role offload once
 COMPOSED_CASES = [
     ("plan_path", "run_qwen3_1.7b.sh", "single"),
