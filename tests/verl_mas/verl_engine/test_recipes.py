@@ -373,6 +373,7 @@ def test_cfg_job_prints_the_composed_recipe_without_ray(tmp_path):
         "rollout": {"k": 4, "alpha": 0.5, "max_turns": 5, "select": "reward"},
         "grouping": "task_role_turn",
         "policies": {},
+        "max_infra_failure_share": 0.1,
         "update_audit": None,
     }
     assert printed.algorithm.adv_estimator == "at_grpo"
