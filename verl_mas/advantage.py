@@ -1,4 +1,4 @@
-"""The `at_grpo` advantage estimator: group-normalised rewards, grouped by (task, role, turn) or by task alone."""
+"""The `at_grpo` advantage estimator: group-normalised rewards, grouped by (task, role, turn), (task, role) or task."""
 
 from __future__ import annotations
 
@@ -9,9 +9,16 @@ import numpy as np
 import torch
 
 ESTIMATOR_NAME = "at_grpo"
-# How samples are grouped for the advantage: AT-GRPO's (task, role, turn), or plain GRPO's task (the ablation).
-Grouping = Literal["task_role_turn", "task"]
+# How samples are grouped for the advantage, finest first: AT-GRPO's (task, role, turn); (task, role), one group per
+# agent and task (per-agent normalisation, as Dr. MAS does); plain GRPO's task (every sample of a task in one group).
+Grouping = Literal["task_role_turn", "task_role", "task"]
 GROUPINGS: tuple[str, ...] = get_args(Grouping)
+# The label columns each grouping keys its groups by, in order.
+GROUPING_KEYS: dict[str, tuple[str, ...]] = {
+    "task_role_turn": ("index", "role", "turn"),
+    "task_role": ("index", "role"),
+    "task": ("index",),
+}
 Labels = np.ndarray | Sequence
 
 
@@ -40,8 +47,9 @@ def compute_at_grpo_advantage(
         config: verl's algorithm config; `norm_adv_by_std_in_grpo` is read from it when present.
         role: [bs] role names; passed together with `turn`.
         turn: [bs] turn numbers.
-        grouping: "task_role_turn" keys groups (index, role, turn) (index alone when role and turn are not
-            given: verl's dispatcher passes only a uid); "task" keys them by index alone.
+        grouping: "task_role_turn" keys groups (index, role, turn), "task_role" (index, role), "task" index alone.
+            Without role and turn (verl's dispatcher passes only a uid) the index is the whole key at every level,
+            so a caller of verl's `compute_advantage` picks the level by the uid it writes.
         epsilon: added to the group std before dividing.
         norm_adv_by_std: divide by the group std; None reads the config, else True.
         reward_baselines: verl's dispatcher passes them when the batch has some; unused (the baseline is the
@@ -95,7 +103,7 @@ def group_ids(
         raise ValueError("at_grpo: pass both role and turn to group by (index, role, turn), or neither")
     given = {"index": index, "role": role, "turn": turn}
     columns = {name: _as_array(name, values, n) for name, values in given.items() if values is not None}
-    keys = ("index", "role", "turn") if grouping == "task_role_turn" else ("index",)
+    keys = GROUPING_KEYS[grouping]
     group, count = np.zeros(n, dtype=np.int64), 1
     for name in keys:
         if name in columns:

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn
 
-from verl_mas.advantage import compute_at_grpo_advantage, group_ids, registered_estimator
+from verl_mas.advantage import GROUPINGS, compute_at_grpo_advantage, group_ids, registered_estimator
 
 
 def outcome_rewards(scores: list[float], lengths: list[int], width: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,11 +114,88 @@ def test_grouping_chooses_the_key_of_one_batch_by_hand():
     assert torch.equal(compute_at_grpo_advantage(rewards, mask, **keys)[0], by_role_turn)
 
 
+# One batch for every grouping level: task t, roles a and b, turns 0 and 1, two candidates each; task u's two samples
+# (scores 10, 10) sit in groups of their own at every level, so t's values show that tasks never mix.
+LEVEL_BATCH = [
+    ("t", "a", 0, 0.0), ("t", "a", 0, 2.0), ("t", "a", 1, 4.0), ("t", "a", 1, 6.0),
+    ("t", "b", 0, 1.0), ("t", "b", 0, 1.0), ("t", "b", 1, 3.0), ("t", "b", 1, 7.0),
+    ("u", "a", 0, 10.0), ("u", "a", 0, 10.0),
+]  # fmt: skip
+S2 = math.sqrt(2)
+LEVEL_EXPECTED = {
+    # groups (t,a,0) 0 2, (t,a,1) 4 6, (t,b,1) 3 7: each +-1/sqrt2 about its mean; (t,b,0) 1 1 and (u,a,0): zero spread
+    "task_role_turn": [-1 / S2, 1 / S2, -1 / S2, 1 / S2, 0.0, 0.0, -1 / S2, 1 / S2, 0.0, 0.0],
+    # (t,a): 0 2 4 6, mean 3, unbiased std sqrt(20/3); (t,b): 1 1 3 7, mean 3, std sqrt(24/3) = 2 sqrt2
+    "task_role": [
+        *(d / math.sqrt(20 / 3) for d in (-3, -1, 1, 3)),
+        *(d / (2 * S2) for d in (-2, -2, 0, 4)),
+        0.0,
+        0.0,
+    ],
+    # (t): all eight, mean 3, squared deviations 9+1+1+9+4+4+0+16 = 44, unbiased std sqrt(44/7): role b's tied
+    # turn-0 pair gets -2/std each instead of 0, and role a's 4, below its (task, role, turn) mean, gets +1/std
+    "task": [*(d / math.sqrt(44 / 7) for d in (-3, -1, 1, 3, -2, -2, 0, 4)), 0.0, 0.0],
+}
+LEVEL_UID_KEYS = {"task_role_turn": (0, 1, 2), "task_role": (0, 1), "task": (0,)}
+
+
+def level_batch() -> tuple[torch.Tensor, torch.Tensor, dict[str, list]]:
+    rewards, mask = outcome_rewards([row[3] for row in LEVEL_BATCH], [1, 2, 3, 4, 1, 2, 3, 4, 2, 2])
+    index, role, turn, _ = (list(column) for column in zip(*LEVEL_BATCH, strict=True))
+    columns = {"index": index, "role": role, "turn": turn}
+    return rewards, mask, columns
+
+
+@pytest.mark.parametrize("grouping", GROUPINGS)
+def test_each_grouping_level_by_hand_through_verls_registry(grouping):
+    rewards, mask, columns = level_batch()
+    estimator = get_adv_estimator_fn("at_grpo")  # as a verl config selecting it gets it
+    adv, ret = estimator(token_level_rewards=rewards, response_mask=mask, config=None, grouping=grouping, **columns)
+    assert torch.equal(adv, ret)
+    assert adv.sum(dim=1).div(mask.sum(dim=1)).tolist() == pytest.approx(LEVEL_EXPECTED[grouping], abs=1e-5)
+    assert torch.equal(adv, adv[:, :1] * mask)  # one value over each response's tokens, none outside it
+
+
+@pytest.mark.parametrize("grouping", GROUPINGS)
+def test_each_grouping_level_by_hand_through_verls_compute_advantage(grouping):
+    """verl's dispatcher passes only `uid`: a trainer that calls verl's `compute_advantage` unchanged picks the level
+    by the uid it writes (task; task|role; task|role|turn), and gets the same values as the keywords give."""
+    from verl import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    rewards, mask, _ = level_batch()
+    uid = np.array(["|".join(str(row[i]) for i in LEVEL_UID_KEYS[grouping]) for row in LEVEL_BATCH], dtype=object)
+    batch = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask, "responses": torch.zeros(10, 4)},
+        non_tensors={"uid": uid},
+    )
+    config = OmegaConf.create({"norm_adv_by_std_in_grpo": True, "gamma": 1.0, "lam": 1.0})
+    out = compute_advantage(batch, adv_estimator="at_grpo", config=config)
+    assert out.batch["advantages"][:, 0].tolist() == pytest.approx(LEVEL_EXPECTED[grouping], abs=1e-5)
+
+
+@pytest.mark.parametrize("grouping", GROUPINGS)
+def test_each_grouping_level_in_the_verl_engines_advantage_step(grouping):
+    """The verl trainer's advantage step (`batch.at_grpo_advantages`, `mas.grouping`): the same values, with a
+    padding row that joins no group."""
+    from verl_mas.verl_engine.batch import SampleTags, at_grpo_advantages, reward_scores
+
+    extra = [{"task_uid": t, "role": r, "turn": n, "policy": "p", "mixed_reward": x} for t, r, n, x in LEVEL_BATCH]
+    tags = SampleTags.from_rows([*extra, dict(extra[0])], [False] * 10 + [True])
+    lengths = torch.tensor([1, 2, 3, 4, 1, 2, 3, 4, 2, 2, 3])
+    mask = (torch.arange(4).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    scores = reward_scores(tags, lengths, 4)
+    advantages = at_grpo_advantages(scores, mask, tags, grouping, OmegaConf.create({"norm_adv_by_std_in_grpo": True}))
+    assert advantages[:, 0].tolist() == pytest.approx([*LEVEL_EXPECTED[grouping], 0.0], abs=1e-5)
+    assert advantages[-1].abs().sum() == 0
+
+
 def test_group_ids_under_each_grouping():
     index, role, turn = ["t0", "t0", "t0", "t1"], ["a", "b", "a", "a"], [0, 0, 1, 0]
     assert group_ids(4, index=index, role=role, turn=turn).tolist() == [0, 1, 2, 3]
+    assert group_ids(4, index=index, role=role, turn=turn, grouping="task_role").tolist() == [0, 1, 0, 2]
     assert group_ids(4, index=index, role=role, turn=turn, grouping="task").tolist() == [0, 0, 0, 1]
-    # without role and turn the index is the whole key under either grouping (verl's dispatcher passes a uid only)
+    # without role and turn the index is the whole key under every grouping (verl's dispatcher passes a uid only)
     assert group_ids(4, index=index).tolist() == [0, 0, 0, 1]
     assert group_ids(3).tolist() == [0, 0, 0]
     # labels numpy keeps as fixed-width text, labels that cannot be hashed, and missing labels are keys too
@@ -250,13 +327,13 @@ def test_invalid_input_raises_value_error(make, message):
         compute_at_grpo_advantage(rewards, mask, index)
 
 
-@pytest.mark.parametrize("grouping", ["task_role_turn", "task"])
+@pytest.mark.parametrize("grouping", GROUPINGS)
 def test_role_without_turn_is_rejected(grouping):
     with pytest.raises(ValueError, match="both role and turn"):
         compute_at_grpo_advantage(torch.zeros(2, 1), torch.ones(2, 1), ["t", "t"], role=["a", "b"], grouping=grouping)
 
 
-@pytest.mark.parametrize("grouping", ["task_role_turn", "task"])
+@pytest.mark.parametrize("grouping", GROUPINGS)
 def test_mismatched_role_length_is_named(grouping):
     # checked under "task" too: a batch whose columns disagree is broken whichever key is used
     with pytest.raises(ValueError, match="role has 1 entries"):
@@ -266,5 +343,6 @@ def test_mismatched_role_length_is_named(grouping):
 
 
 def test_unknown_grouping_is_rejected_with_the_choices():
-    with pytest.raises(ValueError, match=r"grouping must be one of \['task_role_turn', 'task'\], got 'turn'"):
+    choices = r"\['task_role_turn', 'task_role', 'task'\]"
+    with pytest.raises(ValueError, match=rf"grouping must be one of {choices}, got 'turn'"):
         compute_at_grpo_advantage(torch.zeros(2, 1), torch.ones(2, 1), ["t", "t"], grouping="turn")

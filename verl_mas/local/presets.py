@@ -62,6 +62,10 @@ PRESETS: dict[str, Preset] = {
         "ablation: plain GRPO groups (by task) instead of AT-GRPO's (task, role, turn)",
         {"grouping": "task", "output_dir": "runs/grouping_task"},
     ),
+    "grouping_task_role": Preset(
+        "ablation: one group per (task, role), per-agent normalisation, instead of AT-GRPO's (task, role, turn)",
+        {"grouping": "task_role", "output_dir": "runs/grouping_task_role"},
+    ),
     "no_tree": Preset(
         "ablation: K independent episodes per task, grouped per task, instead of the tree rollout",
         {"rollout_mode": "independent", "output_dir": "runs/no_tree"},
@@ -75,7 +79,7 @@ KEY_HELP: dict[str, str] = {
     "router": "role -> policy: shared (one model), per_role (one per role), or a {role: policy} mapping",
     "k": "candidates per (task, role, turn) in the tree; episodes per task with rollout_mode=independent",
     "alpha": "weight of the team reward in the mixed reward alpha * team + local",
-    "grouping": "advantage groups: task_role_turn (AT-GRPO) or task (plain GRPO ablation)",
+    "grouping": "advantage groups: task_role_turn (AT-GRPO), task_role (per agent) or task (plain GRPO)",
     "max_infra_failure_share": "samples the sandbox failed to judge train nothing; past this share of a step's, stop",
     "tasks_per_step": "training tasks rolled out per step",
     "steps": "training steps (the total: a resumed run continues up to it)",

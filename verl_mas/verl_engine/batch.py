@@ -106,7 +106,8 @@ def at_grpo_advantages(
     grouping: str,
     algorithm_config: Any,
 ) -> torch.Tensor:
-    """[n, L] advantages from `at_grpo` grouped by (task uid, role, turn), or by task uid for grouping "task".
+    """[n, L] advantages from `at_grpo` grouped by (task uid, role, turn), (task uid, role) or task uid, as
+    `grouping` ("task_role_turn", "task_role", "task") says.
 
     Padding rows and rows the judge could not run (`SampleTags.infra_failure`) take no part in any group and get
     zero advantages.

@@ -35,6 +35,23 @@ def test_bad_config_fails_at_start(overrides, message):
         LocalTrainConfig(**overrides)
 
 
+@pytest.mark.parametrize("grouping", ["task_role_turn", "task_role", "task"])
+def test_every_grouping_level_is_one_key(grouping, tmp_path):
+    config = resolve_train_config(parse_overrides([f"grouping={grouping}", f"output_dir={tmp_path}"]))
+    assert config.grouping == grouping
+    (tmp_path / "config.json").write_text(config_json(config))
+    assert read_config(tmp_path / "config.json").grouping == grouping
+    assert LocalTrainConfig().grouping == "task_role_turn"  # AT-GRPO is the default
+
+
+def test_grouping_presets_and_the_unknown_level_message():
+    assert resolve_train_config({"preset": "grouping_task_role"}).grouping == "task_role"
+    assert resolve_train_config({"preset": "grouping_task"}).grouping == "task"
+    levels = r"\('task_role_turn', 'task_role', 'task'\)"
+    with pytest.raises(ValueError, match=rf"^grouping must be one of {levels}, got 'role'$"):
+        resolve_train_config(parse_overrides(["grouping=role"]))
+
+
 def test_sampling_and_update_temperatures_must_agree(capsys):
     with pytest.raises(ValueError, match="must equal sampling.temperature"):
         LocalTrainConfig(sampling=SamplingConfig(temperature=0.7))

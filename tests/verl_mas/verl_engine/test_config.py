@@ -90,7 +90,10 @@ def test_an_omegaconf_node_is_accepted():
         (mas(rollout={"with_expert": True}), r"^mas\.rollout\.with_expert must be false"),
         (mas(rollout={"n": 8}), r"^mas\.rollout: unknown key\(s\) \['n'\]; known keys: \['k', 'alpha', "),
         (mas(rollout=8), r"^mas\.rollout must be a mapping, got 8"),
-        (mas(grouping="turn"), r"^mas\.grouping: unknown grouping 'turn'; use one of \['task_role_turn', 'task'\]"),
+        (
+            mas(grouping="turn"),
+            r"^mas\.grouping: unknown grouping 'turn'; use one of \['task_role_turn', 'task_role', 'task'\]",
+        ),
         (mas(kk=8), r"^mas: unknown key\(s\) \['kk'\]; known keys: \['env', 'env_options', 'router', "),
         (
             mas(router="shared", policies={"tool": {}}),
