@@ -1,4 +1,4 @@
-"""The `verl-mas` command: demo, train, eval, data, envs."""
+"""The `verl-mas` command: demo, train, eval, data, envs, doctor."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ verl-mas: multi-agent AT-GRPO for verl
                                   write train.parquet / eval.parquet in verl's row format
                                   (key=value pairs are environment options, e.g. size=6)
   verl-mas envs                   list the registered environments and their roles
+  verl-mas doctor [--target local|cpu|gpu] [--recipe RECIPE_YAML]
+                                  is this install right? versions, extras, the verl plugin in a fresh
+                                  process, sandbox layers, what can run here; exit 1 when the target
+                                  (or recipe: gpu unless --target cpu) lacks something
 """
 
 
@@ -96,6 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     data.add_argument("options", nargs="*", help="environment options as key=value")
     sub.add_parser("envs", help="list registered environments")
+    doctor = sub.add_parser("doctor", help="check the install: versions, extras, plugin, sandbox, what can run here")
+    doctor.add_argument(
+        "--target",
+        choices=("local", "cpu", "gpu"),
+        help="fail (exit 1) unless this can run here: the local engine, verl's stack on CPU, or on GPUs",
+    )
+    doctor.add_argument(
+        "--recipe",
+        type=Path,
+        metavar="RECIPE_YAML",
+        help="also check a recipe (its env, sandbox, attention) for --target cpu or gpu (default gpu)",
+    )
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -149,6 +165,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         paths = write_dataset(args.env, args.out, args.train, args.eval, args.seed, options)
         for split, path in paths.items():
             print(f"{split}: {path}")
+    elif args.command == "doctor":
+        from verl_mas import doctor
+
+        return doctor.main(args.target, args.recipe)
     elif args.command == "envs":
         from verl_mas.env import env_names, make_env
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import inspect
 import json
+import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from pprint import pprint
 from typing import Any
@@ -19,11 +22,10 @@ from verl.utils.config import validate_config
 from verl.utils.device import auto_set_device
 from verl.utils.logging_utils import configure_verl_logging
 
-import verl_mas.plugin  # noqa: F401  (registers the at_grpo estimator in this process)
+from verl_mas import plugin  # registers the at_grpo estimator and the cpu platform in this process
 from verl_mas.dataset import read_tasks
-from verl_mas.env import get_env_class
+from verl_mas.env import get_env_class, make_env
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported
-from verl_mas.verl_engine.cpu import select_cpu
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 AGENT_LOOPS_FILE = CONFIG_DIR / "agent_loops.yaml"
@@ -79,8 +81,10 @@ def check_attention(config: DictConfig, flash_attn_installed: bool | None = None
 
 
 def check_data_files(key: str, files: str | ListConfig | list[str] | None, mas: MasConfig) -> None:
-    """Every local file of `key` exists and holds tasks of `mas.env` written with `mas.env_options`, up to the
-    environment's `problem_source_options` (which problems a task plays: train and eval rows may differ in them).
+    """Every local file of `key` exists and holds tasks of `mas.env` whose options resolve to the environment
+    `mas.env_options` resolves to (see `resolved_env_options`: an option left out and the same option at its default
+    are one environment), up to the environment's `problem_source_options` (which problems a task plays: train and
+    eval rows may differ in them).
 
     A remote file (a path with a URL scheme, e.g. hdfs://) is left to verl, which copies it at start.
     """
@@ -88,11 +92,15 @@ def check_data_files(key: str, files: str | ListConfig | list[str] | None, mas: 
         raise MasConfigError(f"{key}: missing; write the files with `verl-mas data --env {mas.env} --out DIR`")
     paths = [files] if isinstance(files, str) else list(files)
     free = get_env_class(mas.env).problem_source_options
+    resolved: dict[str, dict[str, Any]] = {}
 
-    def compared(options: Mapping[str, Any]) -> str:
-        return json.dumps({k: v for k, v in options.items() if k not in free}, sort_keys=True)
+    def compared(options: Mapping[str, Any]) -> dict[str, Any]:
+        text = json.dumps(options, sort_keys=True, default=repr)
+        if text not in resolved:
+            resolved[text] = {k: v for k, v in resolved_env_options(mas.env, options).items() if k not in free}
+        return resolved[text]
 
-    expected_options = compared(mas.env_options)
+    expected = compared(mas.env_options)
     for path in paths:
         if "://" in str(path):
             continue
@@ -105,11 +113,57 @@ def check_data_files(key: str, files: str | ListConfig | list[str] | None, mas: 
         for number, task in enumerate(tasks):
             if task.env != mas.env:
                 raise MasConfigError(f"{key}: {path}: row {number} is a {task.env!r} task, but mas.env is {mas.env!r}")
-            if compared(task.options) != expected_options:
+            found = compared(task.options)
+            if found != expected:
+                differences = ", ".join(
+                    f"{name} (row: {_shown(found, name)}, mas.env_options: {_shown(expected, name)})"
+                    for name in sorted(found.keys() | expected.keys())
+                    if found.get(name, _ABSENT) != expected.get(name, _ABSENT)
+                )
                 raise MasConfigError(
                     f"{key}: {path}: row {number} was written with options {task.options}, but mas.env_options is "
-                    f"{dict(mas.env_options)}; write the data with the same options"
+                    f"{dict(mas.env_options)}; with the defaults filled in they differ in {differences}: write the "
+                    "data with the same options"
                 )
+
+
+_ABSENT = object()
+
+
+def _shown(options: Mapping[str, Any], name: str) -> str:
+    return repr(options[name]) if name in options else "not an option"
+
+
+def resolved_env_options(env: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options environment `env` runs with when built from `options`: every option, defaults filled in.
+
+    Two option sets that resolve alike build the same environment (`{}` and `{'single_agent': False}` for sokoban).
+    Read from the environment's config when it keeps one as a dataclass (`base_config`, as every built-in
+    environment does: its checks and normalisations applied), else from its constructor's signature.
+
+    Raises:
+        MasConfigError: `options` are refused by the environment.
+    """
+    try:
+        instance = make_env(env, **options)
+    except ValueError as exc:
+        raise MasConfigError(f"options {dict(options)} for environment {env!r}: {exc}") from None
+    config = getattr(instance, "base_config", None)
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    try:
+        bound = inspect.signature(type(instance)).bind(**options)
+    except TypeError:  # the constructor took them (it was built above) but its signature does not say how
+        return dict(options)
+    bound.apply_defaults()
+    resolved: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = bound.signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            resolved.update(value)
+        elif kind is not inspect.Parameter.VAR_POSITIONAL:
+            resolved[name] = value
+    return resolved
 
 
 @ray.remote
@@ -144,9 +198,30 @@ class MasTaskRunner(TaskRunnerV1.__ray_actor_class__):
                 tq.close()
 
 
+def check_plugin(config: DictConfig, warn: Callable[[str], None]) -> None:
+    """What verl-mas registers into verl is there in this process: `at_grpo` always, the `cpu` platform for a run on
+    the CPU (`trainer.device=cpu`); a missing `cpu` platform elsewhere is only a warning (`warn`).
+
+    Raises:
+        RuntimeError: naming what is missing and why (the plugin's import error, or that verl did not load it).
+    """
+    on_cpu = config.trainer.device == "cpu" or os.environ.get("VERL_PLATFORM", "").strip().lower() == plugin.PLATFORM
+    plugin.require_registered((plugin.ESTIMATOR, plugin.PLATFORM) if on_cpu else (plugin.ESTIMATOR,))
+    if not on_cpu:
+        for problem in plugin.registration_problems((plugin.PLATFORM,)):
+            warn(f"verl_mas.main: warning: {problem} (needed only for a run on the CPU)")
+
+
 @hydra.main(config_path="config", config_name="mas_trainer", version_base=None)
 def main(config: DictConfig) -> None:
+    try:
+        check_plugin(config, warn=lambda line: print(line, file=sys.stderr))
+    except RuntimeError as error:  # a broken install: say what failed to import, before anything starts
+        print(f"verl_mas.main: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     if config.trainer.device == "cpu":
+        from verl_mas.verl_engine.cpu import select_cpu
+
         select_cpu()
     auto_set_device(config)
     try:

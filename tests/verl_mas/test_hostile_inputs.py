@@ -299,13 +299,49 @@ def test_resume_with_another_model_or_router_leaves_the_run_as_it_was(trained_ru
     def fresh(workspace: Path) -> None:
         copy_of(trained_run, workspace)
 
+    evaluate = ["eval", f"checkpoint={tmp_path / 'run'}"]
+    # The run's config.json knows the saved values: the error names the key and both values, not the tensors.
+    does_not_fit = "model_shared.pt does not fit the run this config builds: "
     cases = [
-        Case("changed router", [*resume, "router=per_role"], "holds models ['shared']", fresh),
-        Case("changed model size", [*resume, "model.hidden=64"], "model_shared.pt does not fit", fresh),
-        Case("changed layers", [*resume, "model.layers=2"], "model_shared.pt does not fit", fresh),
-        Case("lora added", [*resume, "lora.rank=2"], "holds models ['shared'], this config builds ['base']", fresh),
+        Case(
+            "changed router",
+            [*resume, "router=per_role"],
+            """holds models ['shared'], this config builds ['plan', 'tool'] (router: saved "shared", now "per_role")""",
+            fresh,
+        ),
+        Case(
+            "changed model size", [*resume, "model.hidden=64"], does_not_fit + "model.hidden: saved 32, now 64", fresh
+        ),
+        Case("changed layers", [*resume, "model.layers=2"], does_not_fit + "model.layers: saved 1, now 2", fresh),
+        Case(
+            "changed width and heads",
+            [*resume, "model.hidden=48", "model.heads=2"],
+            does_not_fit + "model.heads: saved 4, now 2; model.hidden: saved 32, now 48",
+            fresh,
+        ),
+        Case(
+            "lora added",
+            [*resume, "lora.rank=2"],
+            "holds models ['shared'], this config builds ['base'] (lora.rank: saved 0, now 2)",
+            fresh,
+        ),
+        Case(
+            "eval, changed model size",
+            [*evaluate, "model.hidden=48"],
+            does_not_fit + "model.hidden: saved 32, now 48",
+            fresh,
+        ),
     ]
     run_cases(cases, tmp_path, capsys, "resume with another config")
+
+
+def test_a_changed_model_is_named_by_its_key_not_by_a_state_dict_dump(trained_run, tmp_path, capsys):
+    copy_of(trained_run, tmp_path)
+    argv = ["train", *TINY, f"output_dir={tmp_path / 'run'}", "resume=true", "steps=2", "model.hidden=48"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "model.hidden: saved 32, now 48" in err
+    assert "size mismatch" not in err and "embed_tokens" not in err and "torch.Size" not in err, err
 
 
 # Slow (a fresh interpreter imports torch and verl): the installed script, once.

@@ -82,25 +82,31 @@ def load_checkpoint(
     path: str | Path,
     models: Mapping[str, torch.nn.Module],
     trainers: Mapping[str, PolicyTrainer],
+    explain: Callable[[], str] | None = None,
 ) -> LoadedCheckpoint:
     """Fill `models` and `trainers` (same names as saved) from a checkpoint dir and restore the global RNGs.
 
     Build the trainers before loading (their optimizers must exist to receive state); restoring the RNGs last
     means that nothing done while loading shifts the random streams the run continues with.
+
+    `explain`, called only when what was saved does not fit what was built, says why in the caller's terms (the
+    settings that changed since, e.g. `model.hidden: saved 32, now 48`); "" when it cannot tell.
     """
     path = Path(path)
     meta = _read_meta(path / _META_FILE)
     for kind, given in (("models", models), ("trainers", trainers)):
         if sorted(given) != meta[kind]:
-            raise ValueError(f"checkpoint {path} holds {kind} {meta[kind]}, this config builds {sorted(given)}")
+            message = f"checkpoint {path} holds {kind} {meta[kind]}, this config builds {sorted(given)}"
+            why = explain() if explain is not None else ""
+            raise ValueError(f"{message} ({why})" if why else message)
     # Read every file before filling anything in: a bad file leaves the run as it was built.
     model_states = {name: load_tensors(path / f"model_{_safe(name)}.pt") for name in models}
     trainer_states = {name: load_tensors(path / f"trainer_{_safe(name)}.pt") for name in trainers}
     rng_state = load_tensors(path / "rng.pt")
     for name, model in models.items():
-        _fill(path / f"model_{_safe(name)}.pt", model.load_state_dict, model_states[name])
+        _fill(path / f"model_{_safe(name)}.pt", model.load_state_dict, model_states[name], explain)
     for name, trainer in trainers.items():
-        _fill(path / f"trainer_{_safe(name)}.pt", trainer.load_state_dict, trainer_states[name])
+        _fill(path / f"trainer_{_safe(name)}.pt", trainer.load_state_dict, trainer_states[name], explain)
     _fill(path / "rng.pt", _set_rng_state, rng_state)
     return LoadedCheckpoint(path=path, step=int(meta["step"]), extra=meta["extra"])
 
@@ -112,14 +118,19 @@ def _read_meta(file: Path) -> dict[str, Any]:
     return meta
 
 
-def _fill(file: Path, restore: Callable[[Any], object], state: Any) -> None:
-    """Restore `state` read from `file`; one that does not fit what this config built is an error naming the file."""
+def _fill(file: Path, restore: Callable[[Any], object], state: Any, explain: Callable[[], str] | None = None) -> None:
+    """Restore `state` read from `file`; one that does not fit what this config built is an error naming the file,
+    and the settings that changed since it was saved when `explain` can tell (else the loader's first lines)."""
     try:
         restore(state)
     except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:
-        details = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-        shown = "; ".join(details[:2]) or type(error).__name__
-        message = f"{file} does not fit the run this config builds (changed model or router?): {shown}"
+        why = explain() if explain is not None else ""
+        if why:
+            message = f"{file} does not fit the run this config builds: {why}"
+        else:
+            details = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+            shown = "; ".join(details[:2]) or type(error).__name__
+            message = f"{file} does not fit the run this config builds (changed model or router?): {shown}"
         raise ValueError(message) from error
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import random
 import time
@@ -53,6 +54,9 @@ RESUME_FREE_KEYS = (
     "output_dir",
     "device",
 )
+# Top-level keys that decide what is built, so what a checkpoint's files must fit: the environment (its roles), the
+# router (the policies), the models and the LoRA adapters.
+BUILD_KEYS = ("env", "env_options", "router", "model", "lora")
 
 
 @dataclass
@@ -98,6 +102,7 @@ class LocalRun:
     def __init__(
         self, config: LocalTrainConfig, log: Callable[[str], None] = print, checkpoint: Path | None = None
     ) -> None:
+        require_estimator()
         self.config = config
         self.log = log
         self.out = Path(config.output_dir)
@@ -209,12 +214,62 @@ class LocalRun:
         return save_checkpoint(root, step, self.models, self.trainers, {"history": history}, write_files)
 
     def load(self, path: Path) -> tuple[int, list[dict[str, float]]]:
-        """Restore a checkpoint written by `save`; returns its step and the metrics history up to it."""
+        """Restore a checkpoint written by `save`; returns its step and the metrics history up to it.
+
+        Weights or policies that do not fit what this config built are an error naming the settings that changed
+        since the checkpoint's `config.json` (`model.hidden: saved 32, now 48`)."""
         generators = load_tensors(path / GENERATORS_FILE)
-        loaded = load_checkpoint(path, self.models, self.trainers)
+        explain = functools.partial(changed_build_keys, path, self.config)  # read only when loading fails
+        loaded = load_checkpoint(path, self.models, self.trainers, explain=explain)
         self.sampler.set_rng_state(generators["sampler"])
         self.evaluator.set_rng_state(generators["evaluator"])
         return loaded.step, loaded.extra["history"]
+
+
+def changed_build_keys(checkpoint: Path, config: LocalTrainConfig) -> str:
+    """The settings that decide what a run builds (its policies, their models and adapters) on which `config`
+    differs from the checkpoint's `config.json`, as `model.hidden: saved 32, now 48; ...`; "" when none differ or
+    the saved config cannot be read."""
+    try:
+        saved = _flattened(saved_config(checkpoint))
+    except ValueError:
+        return ""
+    current = _flattened(json.loads(config_json(config)))
+    changed = [
+        f"{key}: saved {_shown(saved, key)}, now {_shown(current, key)}"
+        for key in sorted(saved.keys() | current.keys())
+        if key.split(".")[0] in BUILD_KEYS and saved.get(key, _ABSENT) != current.get(key, _ABSENT)
+    ]
+    return "; ".join(changed)
+
+
+def _flattened(node: dict, prefix: str = "") -> dict[str, object]:
+    """A nested config as {dotted key: value}."""
+    flat: dict[str, object] = {}
+    for key, value in node.items():
+        if isinstance(value, dict) and value:
+            flat |= _flattened(value, f"{prefix}{key}.")
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+_ABSENT = object()
+
+
+def _shown(flat: dict[str, object], key: str) -> str:
+    return json.dumps(flat[key]) if key in flat else "(not set)"
+
+
+def require_estimator() -> None:
+    """`at_grpo` is in verl's estimator registry, checked before anything is built: a plugin that failed to register
+    it is an error naming its exception now, not an unknown estimator after the warm start."""
+    from verl_mas import plugin  # registers it in this process, also where verl's plugin loading is off
+
+    try:
+        plugin.require_registered((plugin.ESTIMATOR,))
+    except RuntimeError as error:
+        raise RunError(f"{error}; see `verl-mas doctor`") from None
 
 
 def checkpoint_tokenizer(checkpoint: Path):
