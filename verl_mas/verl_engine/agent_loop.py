@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,7 @@ from verl_mas.rollout import EnvironmentFailure, EpisodeResult, Generation, Gene
 from verl_mas.sample import Sample
 from verl_mas.verl_engine.config import MasConfig, MasConfigError
 from verl_mas.verl_engine.routing import GenerateClient, PolicyRoutingClient
+from verl_mas.verl_engine.timeline import append_records
 
 
 @functools.lru_cache(maxsize=8)
@@ -69,6 +71,8 @@ class ServerGenerate:
         response_length: responses are cut to this many tokens, before decoding, so text and tokens agree.
         weight_versions: the `global_steps` (weight version) each server answer reported, for staleness tags.
         generate_seconds: wall time spent waiting on the servers.
+        request_spans: (policy, sent, answered) of every request, `time.time()` seconds: when each policy's
+            servers had this session's requests in flight (`mas.timeline`).
     """
 
     client: PolicyRoutingClient
@@ -78,21 +82,26 @@ class ServerGenerate:
     response_length: int
     weight_versions: list[int] = field(default_factory=list)
     generate_seconds: float = 0.0
+    request_spans: list[tuple[str, float, float]] = field(default_factory=list)
 
     async def __call__(self, request: GenerationRequest) -> list[Generation]:
         prompt_ids = await self.tokenize(list(request.messages))
-        started = time.perf_counter()
-        outputs = await asyncio.gather(
-            *(
-                self.client.generate(
+        policy = self.client.router.policy_of(request.role)
+
+        async def one() -> Any:
+            sent = time.time()
+            try:
+                return await self.client.generate(
                     request.request_id,
                     role=request.role,
                     prompt_ids=prompt_ids,
                     sampling_params=dict(self.sampling_params),
                 )
-                for _ in range(request.n)
-            )
-        )
+            finally:
+                self.request_spans.append((policy, sent, time.time()))
+
+        started = time.perf_counter()
+        outputs = await asyncio.gather(*(one() for _ in range(request.n)))
         self.generate_seconds += time.perf_counter() - started
         generations = []
         for output in outputs:
@@ -219,7 +228,15 @@ class MasAgentLoop(AgentLoopBase):
             sampling_params=sampling_params,
             response_length=self.rollout_config.response_length,
         )
-        result = await rollout_task(task, generate, self.client.router, rollout)
+        try:
+            result = await rollout_task(task, generate, self.client.router, rollout)
+        finally:
+            if self.mas.timeline:
+                step = kwargs.get("global_steps")
+                record = {"kind": "requests", "step": None if step is None else int(step), "split": task.split}
+                record["task"] = task.uid
+                record["spans"] = [list(span) for span in generate.request_spans]
+                append_records(os.path.abspath(os.path.expanduser(self.mas.timeline)), [record])
         if not result.samples:
             raise EnvironmentFailure(f"task {task.uid}: no samples: {result.error or 'the episode had no turn'}")
         outputs = episode_outputs(result, eos_token_id=self.eos_token_id, weight_versions=generate.weight_versions)

@@ -52,8 +52,8 @@ class MasConfig:
             explicit {role: policy} mapping.
         rollout: the tree rollout: k candidates per (task, role, turn), alpha (team-reward weight), max_turns,
             select (which score picks the continuing branch).
-        grouping: advantage groups: "task_role_turn" (AT-GRPO) or "task" (all of a task's samples in one group,
-            the no-tree baseline's grouping).
+        grouping: advantage groups: "task_role_turn" (AT-GRPO), "task_role" (one group per task and role:
+            per-agent normalisation) or "task" (all of a task's samples in one group: plain GRPO).
         policies: per-policy settings keyed by policy id (as the router names them); a policy not listed here
             uses the defaults of `PolicyConfig`.
         max_infra_failure_share: samples the judge could not run (the sandbox failed, not the model) take no part
@@ -61,6 +61,11 @@ class MasConfig:
             share of its samples stops the run.
         update_audit: a JSONL path, or None: one line per step and policy with the fields and rows (task, role,
             turn, advantage) that policy's actor update received, read back as the actor reads them.
+        timeline: a JSONL path, or None: when each policy's phases ran (trainer and actor workers) and when each
+            policy's servers had requests in flight (agent loop); see `verl_mas.verl_engine.timeline`.
+        phase_check: a folder, or None: with several policies, the first step a launch trains also runs the old
+            log-prob and update phases one policy after another from the same batch and state, and writes both
+            results there (`AtGrpoTrainer._phase_check`).
     """
 
     env: str
@@ -71,6 +76,8 @@ class MasConfig:
     policies: Mapping[str, PolicyConfig] = field(default_factory=dict)
     max_infra_failure_share: float = 0.1
     update_audit: str | None = None
+    timeline: str | None = None
+    phase_check: str | None = None
 
     def __post_init__(self) -> None:
         if self.grouping not in GROUPINGS:
@@ -82,8 +89,11 @@ class MasConfig:
         share = self.max_infra_failure_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
             raise MasConfigError(f"mas.max_infra_failure_share must be a number in [0, 1], got {share!r}")
-        if self.update_audit is not None and not (isinstance(self.update_audit, str) and self.update_audit):
-            raise MasConfigError(f"mas.update_audit must be a file path or null, got {self.update_audit!r}")
+        for key in ("update_audit", "timeline", "phase_check"):
+            value = getattr(self, key)
+            if value is not None and not (isinstance(value, str) and value):
+                kind = "folder" if key == "phase_check" else "file path"
+                raise MasConfigError(f"mas.{key} must be a {kind} or null, got {value!r}")
         router = self.policy_router()
         for policy_id, policy in self.policies.items():
             key = f"mas.policies.{policy_id}"

@@ -3,13 +3,17 @@ that finds its own), and the copy of verl's config each policy runs with."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import ray
 from omegaconf import DictConfig, OmegaConf, open_dict
 from verl.checkpoint_engine import CheckpointEngineManager
-from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.single_controller.ray import (
     RayClassWithInitArgs,
     RayResourcePool,
@@ -21,8 +25,13 @@ from verl.workers.rollout.llm_server import LLMServerManager
 from verl.workers.rollout.replica import get_rollout_replica_class
 
 from verl_mas.verl_engine.config import PolicyConfig
+from verl_mas.verl_engine.timeline import append_records
 
 MAS_POLICY_KEY = "mas_policy"  # in actor_rollout_ref.rollout.custom (verl's free-form slot): the worker's policy
+MAS_TIMELINE_KEY = "mas_timeline"  # in the same slot: mas.timeline, where the worker writes its compute spans
+# verl's vLLM weight sync meets the server's workers on the socket ipc:///tmp/rl-colocate-zmq-<job>-replica-<r>-rank-<l>
+# .sock; the server side reads <job> from this variable, the worker side from Ray's job id (see policy_job_id).
+VLLM_JOB_ID_ENV = "VERL_RAY_JOB_ID"
 
 
 def policy_pool_name(policy: str) -> str:
@@ -58,20 +67,50 @@ def server_name_prefix(policy: str, rollout_name: str) -> str:
     return f"mas_{policy}_{rollout_name}_"
 
 
+def policy_job_id(job_id: str, policy: str) -> str:
+    """The job id in a policy's weight-sync socket path. verl names the socket after the job, the replica rank and
+    the local rank only, and each policy's replica ranks start at 0: two policies syncing at once bound the same path,
+    and a server could meet the other policy's sender (the first concurrent run hung in its first weight sync after an
+    update). One sync after the other never overlapped on it. The policy keeps the paths apart."""
+    return f"{job_id}-mas_{policy}"
+
+
+def _policy_vllm_server_class(policy: str) -> type:
+    """verl's vLLM HTTP server whose weight-sync socket path carries `policy` (read by its vLLM workers, which it
+    starts after __init__)."""
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    class PolicyVllmHttpServer(vLLMHttpServer):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            os.environ[VLLM_JOB_ID_ENV] = policy_job_id(os.environ[VLLM_JOB_ID_ENV], policy)
+
+    return PolicyVllmHttpServer
+
+
 class PolicyLLMServerManager(LLMServerManager):
     """verl's server manager whose replicas name their server actors `mas_<policy>_<rollout>_server_<rank>_<node>`.
 
     Replica ranks stay 0..R-1 within each policy (a hybrid replica indexes its own policy's worker group by rank);
     the policy in the name keeps two policies' servers apart, and `PolicyActorRolloutRefWorker` looks its server up
-    under the same name for weight sync.
+    under the same name for weight sync. With vLLM, the servers' weight-sync socket path carries the policy too
+    (`policy_job_id`), so that policies can sync at the same time.
     """
 
     def __init__(self, config: DictConfig, *, policy: str, **kwargs: Any) -> None:
         rollout = config.actor_rollout_ref.rollout
         replica_class = get_rollout_replica_class(rollout.name, disaggregation_enabled=rollout.disaggregation.enabled)
         prefix = server_name_prefix(policy, rollout.name)
+        server_class = None
+        if rollout.name == "vllm" and not rollout.disaggregation.enabled:
+            server_class = ray.remote(_policy_vllm_server_class(policy))
 
         class PolicyReplica(replica_class):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                if server_class is not None:
+                    self.server_class = server_class
+
             def _get_server_name_prefix(self) -> str:
                 return prefix
 
@@ -80,22 +119,83 @@ class PolicyLLMServerManager(LLMServerManager):
 
 
 class PolicyActorRolloutRefWorker(ActorRolloutRefWorker):
-    """verl's actor-rollout worker whose rollout adapter finds its own policy's server (see PolicyLLMServerManager).
+    """verl's actor-rollout worker whose rollout adapter finds its own policy's server (see PolicyLLMServerManager),
+    and whose per-step methods return at once, so that the trainer keeps every policy's workers busy together.
 
     The policy comes from `actor_rollout_ref.rollout.custom.mas_policy`, which `policy_trainer_config` sets.
+    `compute_log_prob`, `compute_ref_log_prob`, `update_actor`, `save_checkpoint` and `load_checkpoint` are verl's,
+    registered again with the same dispatch and `blocking=False` (verl's own `update_weights` already is): the worker
+    group hands back Ray object refs instead of waiting, and `verl_mas.verl_engine.phases.run_phase` waits for every
+    policy's refs together. Each call's compute time goes to `mas.timeline` when it is set (`custom.mas_timeline`).
+    Only the trainer's several-policy path builds this worker; `shared` runs keep verl's own, blocking one.
     """
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
         super().init_model()
         rollout = getattr(self, "rollout", None)
-        if rollout is not None:
-            prefix = server_name_prefix(self.config.rollout.custom[MAS_POLICY_KEY], self.config.rollout.name)
-            rollout._get_server_name_prefix = lambda: prefix
+        if rollout is None:
+            return
+        policy = self.config.rollout.custom[MAS_POLICY_KEY]
+        prefix = server_name_prefix(policy, self.config.rollout.name)
+        rollout._get_server_name_prefix = lambda: prefix
+        if getattr(rollout, "zmq_handle", None) is not None:  # vLLM's weight-sync socket, as its server names it
+            job_id = ray.get_runtime_context().get_job_id()
+            verl_part = f"-zmq-{job_id}-replica-"
+            if verl_part not in rollout.zmq_handle:
+                raise RuntimeError(f"verl's weight-sync socket {rollout.zmq_handle!r} lacks {verl_part!r}")
+            rollout.zmq_handle = rollout.zmq_handle.replace(verl_part, f"-zmq-{policy_job_id(job_id, policy)}-replica-")
+
+    @contextlib.contextmanager
+    def _timed(self, method: str) -> Iterator[None]:
+        """Append this call's compute span to the run's timeline (nothing when mas.timeline is unset)."""
+        custom = self.config.rollout.get("custom") or {}
+        path = custom.get(MAS_TIMELINE_KEY)
+        start = time.time()
+        try:
+            yield
+        finally:
+            if path:
+                record = {"kind": "worker", "policy": custom.get(MAS_POLICY_KEY), "method": method}
+                record.update(rank=self.rank, pid=os.getpid(), start=start, end=time.time())
+                append_records(path, [record])
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="ref"), blocking=False)
+    def compute_ref_log_prob(self, data):
+        with self._timed("compute_ref_log_prob"):
+            return super().compute_ref_log_prob(data)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"), blocking=False)
+    def compute_log_prob(self, data):
+        with self._timed("compute_log_prob"):
+            return super().compute_log_prob(data)
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"), blocking=False)
+    def update_actor(self, data):
+        with self._timed("update_actor"):
+            return super().update_actor(data)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
+        with self._timed("load_checkpoint"):
+            return super().load_checkpoint(local_path, hdfs_path, del_local_after_load)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
+        with self._timed("save_checkpoint"):
+            return super().save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    async def update_weights(self, global_steps: int = None, mode: str = "auto"):
+        with self._timed("update_weights"):
+            return await super().update_weights(global_steps=global_steps, mode=mode)
 
 
-def policy_trainer_config(config: DictConfig, policy: str, settings: PolicyConfig, n_gpus_per_node: int) -> DictConfig:
-    """A copy of verl's whole config in which actor_rollout_ref is this policy's (model, LoRA, GPUs)."""
+def policy_trainer_config(
+    config: DictConfig, policy: str, settings: PolicyConfig, n_gpus_per_node: int, timeline: str | None = None
+) -> DictConfig:
+    """A copy of verl's whole config in which actor_rollout_ref is this policy's (model, LoRA, GPUs), and whose
+    `actor_rollout_ref.rollout.custom` names the policy and the timeline file its workers write to."""
     policy_config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
     with open_dict(policy_config):
         model = policy_config.actor_rollout_ref.model
@@ -107,6 +207,7 @@ def policy_trainer_config(config: DictConfig, policy: str, settings: PolicyConfi
         policy_config.actor_rollout_ref.rollout.custom = {
             **(policy_config.actor_rollout_ref.rollout.get("custom") or {}),
             MAS_POLICY_KEY: policy,
+            MAS_TIMELINE_KEY: timeline,
         }
         policy_config.trainer.n_gpus_per_node = n_gpus_per_node
     return policy_config

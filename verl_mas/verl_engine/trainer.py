@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import ray
+import torch
 import transfer_queue as tq
 from omegaconf import DictConfig, open_dict
 from tensordict import TensorDict
@@ -27,6 +31,7 @@ from verl.trainer.ppo.utils import Role, need_reference_policy
 from verl.trainer.ppo.v1 import PPOTrainerSync
 from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
+from verl.utils.ray_utils import auto_await
 from verl.workers.utils.padding import response_to_nested
 
 from verl_mas.router import PolicyRouter
@@ -41,6 +46,7 @@ from verl_mas.verl_engine.batch import (
     split_by_policy,
 )
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported
+from verl_mas.verl_engine.phases import PolicySpan, SplitWorkerGroup, run_phase
 from verl_mas.verl_engine.policies import (
     PolicyActorRolloutRefWorker,
     PolicyLLMServerManager,
@@ -50,8 +56,10 @@ from verl_mas.verl_engine.policies import (
     policy_trainer_config,
 )
 from verl_mas.verl_engine.routing import PolicyRoutingClient
+from verl_mas.verl_engine.timeline import append_records
 
 logger = logging.getLogger(__name__)
+MODES = ("sequential", "concurrent")  # a phase check's two runs of a phase
 
 
 class AtGrpoTrainer(PPOTrainerSync):
@@ -62,6 +70,10 @@ class AtGrpoTrainer(PPOTrainerSync):
     - one actor-rollout worker group, server manager (replica actor names carry the policy), checkpoint manager,
       tokenizer and resource pool per policy; rows split by their `policy` tag for log-probs and updates and
       merged back for the advantage step; weight sync, checkpoints and resume per policy;
+    - with several policies, every per-policy phase (old and ref log-probs, update, weight sync, checkpoint save
+      and load) dispatched to all policies' worker groups at once and awaited together (`phases.run_phase`), with
+      each policy's time as `policy/<id>/timing_s/<phase>`, the phase's wall time as verl's `timing_s/<phase>`,
+      and the spans in `mas.timeline`;
     - a `PolicyRoutingClient` for the agent loop, so each role's requests reach its policy's servers.
 
     With one policy (router "shared") it builds exactly what verl builds; checkpoints stay in verl's layout.
@@ -72,6 +84,8 @@ class AtGrpoTrainer(PPOTrainerSync):
         check_supported(config, self.mas)
         self.router: PolicyRouter = self.mas.policy_router()
         self.policies: dict[str, PolicyRuntime] = {}
+        self._timeline = os.path.abspath(os.path.expanduser(self.mas.timeline)) if self.mas.timeline else None
+        self._phase_checked = False
         super().__init__(config)
 
     @property
@@ -108,7 +122,10 @@ class AtGrpoTrainer(PPOTrainerSync):
         )
         self.resource_pool_manager.create_resource_pool()
         pools = {p: self.resource_pool_manager.resource_pool_dict[policy_pool_name(p)] for p in gpus}
-        configs = {p: policy_trainer_config(self.config, p, s, gpus[p]) for p, s in self.mas.policy_settings().items()}
+        configs = {
+            p: policy_trainer_config(self.config, p, s, gpus[p], timeline=self._timeline)
+            for p, s in self.mas.policy_settings().items()
+        }
         for policy, policy_config in configs.items():
             self._check_tokenizer(policy, policy_config)
         roles = {p: self._actor_role(c) for p, c in configs.items()}
@@ -147,6 +164,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         )
         engine_config = omega_conf_to_dataclass(policy_config.actor_rollout_ref.rollout.checkpoint_engine)
         engine_config.backend = "naive"  # as verl's trainer: hybrid replicas share the actor's process
+        # (and _sync_weights relies on it: the naive sync is one non-blocking worker call, split by run_phase)
         return PolicyRuntime(
             config=policy_config,
             tokenizer=omega_conf_to_dataclass(model).tokenizer,
@@ -173,8 +191,9 @@ class AtGrpoTrainer(PPOTrainerSync):
             )
 
     @contextlib.contextmanager
-    def _acting_as(self, policy: str) -> Iterator[None]:
-        """Point verl's single-policy attributes at `policy`'s runtime while verl's own step methods run."""
+    def _acting_as(self, policy: str, group: SplitWorkerGroup | None = None) -> Iterator[None]:
+        """Point verl's single-policy attributes at `policy`'s runtime while verl's own step methods run; with
+        `group`, the actor (and reference) worker group is that split view of the policy's group (`run_phase`)."""
         runtime = self.policies[policy]
         names = (
             "actor_rollout_wg",
@@ -187,6 +206,10 @@ class AtGrpoTrainer(PPOTrainerSync):
         saved = {name: getattr(self, name, None) for name in names}
         for name in names:
             setattr(self, name, getattr(runtime, name))
+        if group is not None:
+            self.actor_rollout_wg = group
+            if runtime.ref_policy_wg is not None:  # the reference lives in the actor's worker group
+                self.ref_policy_wg = group
         try:
             yield
         finally:
@@ -215,38 +238,130 @@ class AtGrpoTrainer(PPOTrainerSync):
     def _rollout_server_managers(self) -> list:
         return [runtime.llm_server_manager for runtime in self.policies.values()]
 
+    # ---------------------------------------------------------------- every policy at once
+
+    def _run_phase(
+        self,
+        phase: str,
+        run: Callable[[str, SplitWorkerGroup], object],
+        *,
+        step: int | None,
+        metrics: dict | None = None,
+        sequential: bool = False,
+        policies: list[str] | None = None,
+    ) -> dict:
+        """`phases.run_phase` over the policies (all by default): each policy's time goes to `metrics` as
+        `policy/<id>/timing_s/<phase>`, and its span to the timeline."""
+        policies = list(self.policies) if policies is None else policies
+        groups = {policy: self.policies[policy].actor_rollout_wg for policy in policies}
+        results, spans = run_phase(policies, groups, run, sequential=sequential)
+        if metrics is not None:
+            metrics.update({f"policy/{p}/timing_s/{phase}": span.seconds for p, span in spans.items()})
+        self._write_spans(phase, spans, step, "sequential" if sequential else "concurrent")
+        return results
+
+    def _write_spans(self, phase: str, spans: dict[str, PolicySpan], step: int | None, mode: str) -> None:
+        if not self._timeline:
+            return
+        append_records(
+            self._timeline,
+            [
+                {"kind": "phase", "step": step, "phase": phase, "policy": p, "mode": mode, "method": span.method}
+                | {"start": span.start, "ready": span.ready, "end": span.end}
+                for p, span in spans.items()
+            ],
+        )
+
+    def _policy_phase(
+        self,
+        phase: str,
+        method: Callable[..., KVBatchMeta],
+        parts: dict[str, KVBatchMeta],
+        metrics: dict,
+        *,
+        sequential: bool = False,
+    ) -> dict[str, KVBatchMeta]:
+        """verl's `method(batch, metrics=...)` (old or ref log-prob, actor update) on every policy's rows at once."""
+
+        def run(policy: str, group: SplitWorkerGroup) -> KVBatchMeta:
+            with self._acting_as(policy, group), self._policy_metrics(policy, metrics) as policy_metrics:
+                return method(parts[policy], metrics=policy_metrics)
+
+        return self._run_phase(
+            phase, run, step=self.global_steps, metrics=metrics, sequential=sequential, policies=list(parts)
+        )
+
+    def _sync_weights(self, metrics: dict | None) -> None:
+        """verl's naive weight sync (`CheckpointEngineManager.update_weights`: one non-blocking `update_weights`
+        call on the worker group) for every policy at once."""
+
+        def run(policy: str, group: SplitWorkerGroup) -> None:
+            manager = self.policies[policy].checkpoint_manager
+            if manager.backend != "naive":
+                raise NotImplementedError(f"policy {policy}: weight sync backend {manager.backend!r} is not split")
+            manager.actor_wg = group
+            try:
+                manager.update_weights(self.global_steps)
+            finally:
+                manager.actor_wg = self.policies[policy].actor_rollout_wg
+
+        self._run_phase("update_weights", run, step=self.global_steps if metrics is not None else None, metrics=metrics)
+
+    @auto_await
+    async def _sleep_replicas(self) -> None:
+        """Every policy's replicas go to sleep together (verl's `sleep_replicas`, over all managers)."""
+        replicas = [r for runtime in self.policies.values() for r in runtime.checkpoint_manager.replicas]
+        await asyncio.gather(*(replica.sleep() for replica in replicas))
+
+    def _sync_metrics(self) -> dict:
+        """verl merges `_pending_sync_metrics` into the step's metrics right after `on_step_end`."""
+        if getattr(self, "_pending_sync_metrics", None) is None:
+            self._pending_sync_metrics = {}
+        return self._pending_sync_metrics
+
     # ---------------------------------------------------------------- weight sync and checkpoints, per policy
 
     def on_init_end(self):
-        for runtime in self.policies.values():
-            runtime.checkpoint_manager.update_weights(self.global_steps)
+        if not self.several_policies:
+            return super().on_init_end()
+        self._sync_weights(metrics=None)
 
     def on_step_end(self):
+        if not self.several_policies:
+            return super().on_step_end()
         with marked_timer("update_weights", self.timing_raw, color="red"):
-            for runtime in self.policies.values():
-                runtime.checkpoint_manager.update_weights(self.global_steps)
+            self._sync_weights(metrics=self._sync_metrics())
 
     def on_sample_end(self):
-        for runtime in self.policies.values():
-            runtime.checkpoint_manager.sleep_replicas()
+        if not self.several_policies:
+            return super().on_sample_end()
+        self._sleep_replicas()
         if self.curr_step_profile:
             self._stop_rollout_profiling()
 
     def _load_checkpoint(self):
-        if not self.policies:  # verl's _setup loads before our runtimes exist; the single policy is verl's own
+        if not self.several_policies:  # verl's _setup loads the single policy itself
             return super()._load_checkpoint()
-        steps = {}
-        for policy in self.policies:
-            with self._acting_as(policy), self._checkpoint_dir_of(policy):
-                super()._load_checkpoint()
-            steps[policy] = self.global_steps
+
+        def run(policy: str, group: SplitWorkerGroup) -> int:
+            with self._acting_as(policy, group), self._checkpoint_dir_of(policy):
+                PPOTrainerSync._load_checkpoint(self)
+                return self.global_steps
+
+        steps = self._run_phase("load_checkpoint", run, step=None)
         if len(set(steps.values())) > 1:
             raise RuntimeError(f"policies resumed from different steps {steps}; their checkpoints are out of step")
+        self.global_steps = next(iter(steps.values()))
 
     def _save_checkpoint(self):
-        for policy in self.policies:
-            with self._acting_as(policy), self._checkpoint_dir_of(policy):
-                super()._save_checkpoint()
+        if not self.several_policies:
+            return super()._save_checkpoint()
+
+        def run(policy: str, group: SplitWorkerGroup) -> None:
+            with self._acting_as(policy, group), self._checkpoint_dir_of(policy):
+                PPOTrainerSync._save_checkpoint(self)
+
+        self._run_phase("save_checkpoint", run, step=self.global_steps, metrics=self._sync_metrics())
 
     # ---------------------------------------------------------------- one training step
 
@@ -264,15 +379,19 @@ class AtGrpoTrainer(PPOTrainerSync):
             with marked_timer("reward", timing_raw, color="yellow"):
                 batch = self._compute_reward_colocate(batch, metrics=metrics)
         parts = split_by_policy(batch, self._row_policies(batch), self.router.policies)
-        for policy, part in parts.items():
-            with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
-                part = self._balance_batch(part, metrics=policy_metrics)
-                with marked_timer("old_log_prob", timing_raw, color="blue"):
-                    part = self._compute_old_log_prob(part, metrics=policy_metrics)
-                if self.use_reference_policy:
-                    with marked_timer("ref", timing_raw, color="olive"):
-                        part = self._compute_ref_log_prob(part, metrics=policy_metrics)
-            parts[policy] = part
+        check = self._phase_check_folder()
+        if self.several_policies:
+            parts = self._log_probs_together(parts, metrics, timing_raw, check)
+        else:
+            for policy, part in parts.items():
+                with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
+                    part = self._balance_batch(part, metrics=policy_metrics)
+                    with marked_timer("old_log_prob", timing_raw, color="blue"):
+                        part = self._compute_old_log_prob(part, metrics=policy_metrics)
+                    if self.use_reference_policy:
+                        with marked_timer("ref", timing_raw, color="olive"):
+                            part = self._compute_ref_log_prob(part, metrics=policy_metrics)
+                parts[policy] = part
         batch = KVBatchMeta.concat(list(parts.values()))
         with marked_timer("adv", timing_raw, color="brown"):
             batch = self._compute_advantage(batch, metrics=metrics)
@@ -281,13 +400,101 @@ class AtGrpoTrainer(PPOTrainerSync):
         policy_of_row = [policy for policy, part in parts.items() for _ in range(len(part))]
         parts = split_by_policy(batch, policy_of_row, self.router.policies)
         if self.config.trainer.critic_warmup <= self.global_steps:
-            for policy, part in parts.items():
+            if self.several_policies:
                 if self.mas.update_audit:
-                    append_update_audit(self.mas.update_audit, self.global_steps, policy, part)
-                with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
-                    with marked_timer("update_actor", timing_raw, color="red"):
-                        self._update_actor(part, metrics=policy_metrics)
+                    for policy, part in parts.items():
+                        append_update_audit(self.mas.update_audit, self.global_steps, policy, part)
+                self._update_together(parts, metrics, timing_raw, check)
+            else:
+                for policy, part in parts.items():
+                    if self.mas.update_audit:
+                        append_update_audit(self.mas.update_audit, self.global_steps, policy, part)
+                    with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
+                        with marked_timer("update_actor", timing_raw, color="red"):
+                            self._update_actor(part, metrics=policy_metrics)
+        if check is not None:
+            self._phase_checked = True
         return batch
+
+    def _log_probs_together(
+        self, parts: dict[str, KVBatchMeta], metrics: dict, timing_raw: dict, check: Path | None
+    ) -> dict[str, KVBatchMeta]:
+        """Balance each policy's rows, then old (and ref) log-probs on every policy at once."""
+        for policy, part in parts.items():
+            with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
+                parts[policy] = self._balance_batch(part, metrics=policy_metrics)
+        if check is not None:  # the reference: one policy after the other, its metrics and timings dropped
+            self._policy_phase("old_log_prob", self._compute_old_log_prob, parts, {}, sequential=True)
+            self._keep_old_log_probs(check, parts, "sequential")
+        with marked_timer("old_log_prob", timing_raw, color="blue"):
+            parts = self._policy_phase("old_log_prob", self._compute_old_log_prob, parts, metrics)
+        if check is not None:
+            self._keep_old_log_probs(check, parts, "concurrent")
+        if self.use_reference_policy:
+            with marked_timer("ref", timing_raw, color="olive"):
+                parts = self._policy_phase("ref", self._compute_ref_log_prob, parts, metrics)
+        return parts
+
+    def _update_together(
+        self, parts: dict[str, KVBatchMeta], metrics: dict, timing_raw: dict, check: Path | None
+    ) -> None:
+        """Every policy's actor update at once. With a phase check, first the sequential reference from the same
+        state (saved before, restored after it), so training goes on from the concurrent update."""
+        if check is not None:
+            self._check_checkpoints(check, "before", save=True)
+            self._policy_phase("update_actor", self._update_actor, parts, {}, sequential=True)
+            self._check_checkpoints(check, "sequential", save=True)
+            self._check_checkpoints(check, "before", save=False)
+        with marked_timer("update_actor", timing_raw, color="red"):
+            self._policy_phase("update_actor", self._update_actor, parts, metrics)
+        if check is not None:
+            self._check_checkpoints(check, "concurrent", save=True)
+            self._write_phase_check(check, list(parts))
+
+    # ---------------------------------------------------------------- mas.phase_check: concurrent == sequential
+
+    def _phase_check_folder(self) -> Path | None:
+        """Where this step's phase check goes: mas.phase_check, in the first step this launch trains (several
+        policies only), else None."""
+        if not (self.mas.phase_check and self.several_policies) or self._phase_checked:
+            return None
+        return Path(os.path.abspath(os.path.expanduser(self.mas.phase_check)))
+
+    def _keep_old_log_probs(self, check: Path, parts: dict[str, KVBatchMeta], mode: str) -> None:
+        for policy, part in parts.items():
+            data = tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=["old_log_probs"])
+            (check / policy).mkdir(parents=True, exist_ok=True)
+            rows = [row.detach().clone() for row in data["old_log_probs"].unbind()]
+            torch.save(rows, check / policy / f"old_log_probs_{mode}.pt")
+
+    def _check_checkpoints(self, check: Path, name: str, *, save: bool) -> None:
+        """Save every policy's actor state (model, optimizer, lr schedule, rng) to, or load it from,
+        <check>/<policy>/<name>/actor, all policies at once."""
+
+        def run(policy: str, group: SplitWorkerGroup) -> None:
+            path = str(check / policy / name / "actor")
+            if save:
+                group.save_checkpoint(path, None, self.global_steps, max_ckpt_to_keep=None)
+            else:
+                group.load_checkpoint(path, None, del_local_after_load=False)
+
+        self._run_phase(f"phase_check_{'save' if save else 'load'}", run, step=self.global_steps)
+
+    def _write_phase_check(self, check: Path, policies: list[str]) -> None:
+        """<check>/summary.json: per policy, the largest difference between the sequential and the concurrent old
+        log-probs and updated weights (0.0 when they are equal)."""
+        summary = {"step": self.global_steps, "policies": {}}
+        for policy in policies:
+            folder = check / policy
+            sequential, concurrent = (torch.load(folder / f"old_log_probs_{mode}.pt") for mode in MODES)
+            differences = [float((a - b).abs().max()) for a, b in zip(sequential, concurrent, strict=True)]
+            summary["policies"][policy] = {
+                "old_log_prob_max_abs_diff": max(differences, default=0.0),
+                "weight_max_abs_diff": checkpoint_difference(folder / "sequential", folder / "concurrent"),
+                "update_changed_weights": checkpoint_difference(folder / "before", folder / "concurrent") > 0,
+            }
+        (check / "summary.json").write_text(json.dumps(summary, indent=1))
+        logger.warning("mas.phase_check at step %s: %s", self.global_steps, summary["policies"])
 
     @contextlib.contextmanager
     def _policy_metrics(self, policy: str, metrics: dict) -> Iterator[dict]:
@@ -344,3 +551,19 @@ class AtGrpoTrainer(PPOTrainerSync):
         nested = TensorDict({k: response_to_nested(v, nested_mask) for k, v in out.items()}, batch_size=len(batch))
         metrics.update(sample_metrics(tags, self.mas.grouping))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=nested)
+
+
+def checkpoint_difference(first: Path, second: Path) -> float:
+    """The largest |difference| between two verl actor checkpoints' model weights (every rank's shard file)."""
+    names = sorted(path.name for path in (first / "actor").glob("model_world_size_*_rank_*.pt"))
+    if not names:
+        raise FileNotFoundError(f"no model shards under {first / 'actor'}")
+    largest = 0.0
+    for name in names:
+        a, b = (torch.load(root / "actor" / name, map_location="cpu", weights_only=False) for root in (first, second))
+        if a.keys() != b.keys():
+            raise ValueError(f"{name}: the two checkpoints hold different parameters")
+        for key, tensor in a.items():
+            x, y = (t.to_local() if hasattr(t, "to_local") else t for t in (tensor, b[key]))
+            largest = max(largest, float((x.float() - y.float()).abs().max()) if x.numel() else 0.0)
+    return largest

@@ -4,12 +4,15 @@ engine, validation and checkpoints, from a tiny model the local engine warm-star
 
 Three launches (a few minutes in all): `shared` for two steps; `per_role` (two worker groups, two servers) killed
 once its step-1 checkpoints are on disk, then relaunched to resume. What the actors received is read from
-`mas.update_audit`, which fetches each update's batch exactly as verl's worker does.
+`mas.update_audit`, which fetches each update's batch exactly as verl's worker does. The `per_role` launches also
+write `mas.timeline` (when each policy's workers computed, when each policy's servers had requests in flight), and
+the resumed one runs `mas.phase_check` (its first step also run one policy after the other from the same state).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,11 +21,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from verl_mas.advantage import GROUPING_KEYS, compute_at_grpo_advantage
 from verl_mas.dataset import write_dataset
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
 from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import CpuRun, run_on_cpu
+from verl_mas.verl_engine.timeline import phase_overlaps, read_timeline, request_spans
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="needs the cpu extra (make test installs it)"
@@ -34,6 +39,11 @@ LAUNCH_TIMEOUT_S = 600
 # The rollout samples with vLLM's CPU kernels and the actor recomputes with torch's: float32 on both sides, so the
 # gap is rounding (about 1e-4 on a random model; up to a few 1e-2 on a confident one's rare tokens).
 MAX_LOGPROB_GAP = 0.25
+# The audit row fields that key an advantage group at each `mas.grouping` level (the audit calls the index task_uid).
+GROUP_FIELDS = {level: tuple(k.replace("index", "task_uid") for k in keys) for level, keys in GROUPING_KEYS.items()}
+POLICIES = ("tool", "plan")
+TIMELINE = "timeline.jsonl"
+MODES = ("sequential", "concurrent")
 
 
 @pytest.fixture(scope="module")
@@ -106,13 +116,23 @@ def initial_weights(root: Path) -> dict[str, torch.Tensor]:
     return {name: t.float() for name, t in load_file(root / "model" / "model.safetensors").items()}
 
 
-def check_update_batches(records: list[dict], roles_of: dict[str, set[str]]) -> dict[str, float]:
-    """Every update received advantages grouped per (task, role, turn): one value per response, zero mean and unit
-    spread inside each group of K, not all zero; each policy saw only its own roles. Returns the largest
+def check_update_batches(
+    records: list[dict], roles_of: dict[str, set[str]], grouping: str = "task_role_turn"
+) -> dict[str, float]:
+    """Every update received advantages grouped as `mas.grouping` says: one value per response, zero mean and unit
+    spread inside each group (K per (task, role, turn), a multiple of K at the coarser levels), not all zero, and
+    `at_grpo`'s values at that level for the audited rewards; each policy saw only its own roles. Returns the largest
     sampler-vs-actor log-prob gap per policy."""
     gaps: dict[str, float] = defaultdict(float)
     nonzero = 0
     for record in records:
+        real = [row for row in record["rows"] if not row["padding"]]
+        rewards = torch.tensor([[row["reward"]] for row in real])
+        labels = {"index": [r["task_uid"] for r in real], "role": [r["role"] for r in real]}
+        expected, _ = compute_at_grpo_advantage(
+            rewards, torch.ones_like(rewards), grouping=grouping, turn=[r["turn"] for r in real], **labels
+        )
+        assert [row["advantage"] for row in real] == pytest.approx(expected[:, 0].tolist(), abs=1e-3)
         assert "advantages" in record["fields"], f"step {record['step']}: the update's batch lists no advantages"
         groups: dict[tuple, list[float]] = defaultdict(list)
         for row in record["rows"]:
@@ -121,10 +141,11 @@ def check_update_batches(records: list[dict], roles_of: dict[str, set[str]]) -> 
             assert row["policy"] == record["policy"]
             assert row["role"] in roles_of[record["policy"]], (row["role"], record["policy"])
             assert row["advantage_spread"] == pytest.approx(0.0, abs=1e-6)
-            groups[(row["task_uid"], row["role"], row["turn"])].append(row["advantage"])
+            groups[tuple(row[name] for name in GROUP_FIELDS[grouping])].append(row["advantage"])
             gaps[record["policy"]] = max(gaps[record["policy"]], row["logprob_gap"])
         for key, values in groups.items():
-            assert len(values) == K, f"group {key} has {len(values)} samples, expected K={K}"
+            coarser = grouping != "task_role_turn" and len(values) % K == 0
+            assert len(values) == K or coarser, f"group {key} has {len(values)} samples under {grouping}, K={K}"
             assert np.mean(values) == pytest.approx(0.0, abs=1e-4), key
             if np.ptp(values) > 0:
                 assert np.std(values, ddof=1) == pytest.approx(1.0, rel=1e-3), key
@@ -133,11 +154,55 @@ def check_update_batches(records: list[dict], roles_of: dict[str, set[str]]) -> 
     return dict(gaps)
 
 
+def check_policies_overlap(records: list[dict], step: int) -> None:
+    """At `step`, the two policies' workers computed their old log-probs at the same time, and their updates too
+    (each pair of worker spans overlaps for at least half of the shorter); the sequential reference of a phase check,
+    where present, did not overlap (so the measure tells the two paths apart)."""
+    for phase in ("old_log_prob", "update_actor"):
+        rows = [row for row in phase_overlaps(records, phase, "concurrent") if row["step"] == step]
+        assert len(rows) == 1, (phase, rows)
+        row = rows[0]
+        assert sorted(row["policies"]) == sorted(POLICIES) and all(row["worker"].values()), (phase, row)
+        print(f"step {step} {phase}: workers overlapped {row['worker_overlap_s']:.2f} s of {row['worker']}")
+        assert row["worker_overlap_s"] >= 0.5 * row["shorter_worker_s"] > 0, (phase, row)
+        for reference in phase_overlaps(records, phase, "sequential"):
+            assert reference["worker_overlap_s"] == 0.0, (phase, reference)
+    for policy_spans in request_spans(records).values():  # every training step's requests reached both policies
+        assert sorted(policy_spans) == sorted(POLICIES)
+
+
+def check_phase_check(check, checkpoints) -> None:
+    """`mas.phase_check` at step 2: the sequential and the concurrent path gave the same old log-probs and the same
+    weights from the same batch and state, the update changed the weights, and the run went on with them."""
+    summary = json.loads((check / "summary.json").read_text())
+    assert summary["step"] == 2 and sorted(summary["policies"]) == sorted(POLICIES), summary
+    for policy in POLICIES:
+        sequential, concurrent = (torch.load(check / policy / f"old_log_probs_{m}.pt") for m in MODES)
+        assert len(sequential) == len(concurrent) > 0
+        assert all(torch.equal(a, b) for a, b in zip(sequential, concurrent, strict=True)), policy
+        before, one_by_one, together = (actor_weights(check / policy / n) for n in ("before", *MODES))
+        assert one_by_one.keys() == together.keys()
+        assert all(torch.equal(one_by_one[name], together[name]) for name in together), policy
+        assert max_change(before, together) > 0, policy
+        saved = actor_weights(checkpoints / policy / "global_step_2")
+        assert all(torch.equal(saved[name], together[name]) for name in together), policy
+        assert summary["policies"][policy] == {
+            "old_log_prob_max_abs_diff": 0.0,
+            "weight_max_abs_diff": 0.0,
+            "update_changed_weights": True,
+        }
+
+
 def test_shared_trains_two_steps_for_real(stack):
-    run = launch(stack, "shared", ["mas.router=shared"])
+    # grouped per (task, role), one of mas.grouping's three levels (per_role below runs the default, task_role_turn)
+    run = launch(stack, "shared", ["mas.router=shared", "mas.grouping=task_role"])
     records = run.audit()
     assert [(r["step"], r["policy"]) for r in records] == [(1, "shared"), (2, "shared")]
-    gaps = check_update_batches(records, {"shared": {"tool", "plan"}})
+    gaps = check_update_batches(records, {"shared": {"tool", "plan"}}, grouping="task_role")
+    turns = defaultdict(set)  # a (task, role) group holding several turns: what tells task_role from task_role_turn
+    for row in (row for record in records for row in record["rows"] if not row["padding"]):
+        turns[row["task_uid"], row["role"]].add(row["turn"])
+    assert any(len(seen) > 1 for seen in turns.values()), "every episode ended in its first turn"
     print(f"shared: largest sampler-vs-actor log-prob gap {gaps}")
     assert max(gaps.values()) < MAX_LOGPROB_GAP
     logged = run.metrics()
@@ -161,11 +226,14 @@ def test_per_role_is_killed_then_resumes_from_its_checkpoints(stack):
         markers = [checkpoints / policy / "latest_checkpointed_iteration.txt" for policy in ("tool", "plan")]
         return all(m.exists() and m.read_text().strip() == "1" for m in markers)
 
-    killed = launch(stack, "per_role-killed", per_role, kill_when=step_one_saved)
+    timeline = [f"+mas.timeline={stack / name / TIMELINE}" for name in ("per_role-killed", "per_role-resumed")]
+    check = stack / "per_role-resumed" / "phase_check"
+    killed = launch(stack, "per_role-killed", [*per_role, timeline[0]], kill_when=step_one_saved)
     assert killed.returncode is None  # killed, not ended
     first = killed.audit()
     assert sorted((r["step"], r["policy"]) for r in first if r["step"] == 1) == [(1, "plan"), (1, "tool")]
-    resumed = launch(stack, "per_role-resumed", per_role)
+    check_policies_overlap(read_timeline(killed.folder / TIMELINE), step=1)
+    resumed = launch(stack, "per_role-resumed", [*per_role, timeline[1], f"+mas.phase_check={check}"])
     second = resumed.audit()
     assert sorted((r["step"], r["policy"]) for r in second) == [(2, "plan"), (2, "tool")]  # step 1 not redone
     step_one = [r for r in first if r["step"] == 1]
@@ -176,7 +244,12 @@ def test_per_role_is_killed_then_resumes_from_its_checkpoints(stack):
     for policy in ("tool", "plan"):
         one, two = (actor_weights(checkpoints / policy / f"global_step_{s}") for s in (1, 2))
         assert max_change(start, one) > 0 and max_change(one, two) > 0, policy
+    check_policies_overlap(read_timeline(resumed.folder / TIMELINE), step=2)
+    check_phase_check(check, checkpoints)
     logged = resumed.metrics()
     step_two = [row["data"] for row in logged if row["step"] == 2 and "mas/plan/reward/mean" in row["data"]]
-    assert step_two and all(f"policy/{p}/actor/grad_norm" in step_two[0] for p in ("tool", "plan"))
+    assert step_two and all(f"policy/{p}/actor/grad_norm" in step_two[0] for p in POLICIES)
+    for phase in ("old_log_prob", "update_actor", "save_checkpoint", "update_weights"):  # per policy, and the wall
+        assert all(f"policy/{p}/timing_s/{phase}" in step_two[0] for p in POLICIES), phase
+        assert f"timing_s/{phase}" in step_two[0], phase
     assert any(k.startswith("val-core/") for row in logged if row["step"] == 2 for k in row["data"])
