@@ -106,7 +106,24 @@ METHODS: dict[str, Method] = {
         True,
         {"router": "shared", "rollout_mode": "tree", "grouping": "task"},
     ),
+    # the grouping ablation's other arms (experiments/grouping.py); not in the paper's table, so not run by default
+    "at_grpo_task_role": Method(
+        "two agents, AT-GRPO tree, groups per (task, role): per-agent normalisation, one shared model",
+        True,
+        {"router": "shared", "rollout_mode": "tree", "grouping": "task_role"},
+    ),
+    "mas_no_tree": Method(
+        "two agents, K independent episodes per task (no tree), groups per (task, role, turn) across them, one "
+        "shared model",
+        True,
+        {"router": "shared", "rollout_mode": "independent", "grouping": "task_role_turn"},
+    ),
 }
+# The paper's table: what runs without --methods.
+DEFAULT_METHODS = ("mas_no_rl", "single_grpo", "at_grpo_shared", "at_grpo_per_role", "mas_grpo_task")
+# Two-sided 95% quantiles of Student's t by degrees of freedom (1-30); beyond 30, the normal's 1.96 (within 2%).
+T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131)
+T_95 += (2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 @dataclass
@@ -338,6 +355,63 @@ def summarize(records: list[RunRecord]) -> list[dict[str, Any]]:
     return rows
 
 
+def t_quantile_95(df: int) -> float:
+    """The two-sided 95% quantile of Student's t with `df` degrees of freedom (>= 1)."""
+    return T_95[df - 1] if df <= len(T_95) else 1.96
+
+
+def paired_differences(records: list[RunRecord], baseline: str) -> list[dict[str, Any]]:
+    """Per (env, method other than `baseline`): after minus the baseline's after on the same seed, greedy and sampled,
+    over the seeds where both finished. The arms of a seed share its warm start (and so their `before`), so this is
+    also the difference of their gains. Mean, standard error (sample std / sqrt n) and the 95% t interval."""
+    finished = {(r.env, r.method, r.seed): r for r in records if not r.error}
+    rows = []
+    for env, method in dict.fromkeys((r.env, r.method) for r in records if r.method != baseline):
+        pairs = [
+            (finished[env, method, seed], base)
+            for (e, m, seed), base in finished.items()
+            if e == env and m == baseline and (env, method, seed) in finished
+        ]
+        row: dict[str, Any] = {"env": env, "method": method, "baseline": baseline, "seeds": [b.seed for _, b in pairs]}
+        for name, value in (("greedy", lambda r: r.after), ("sampled", lambda r: r.sampled_evals[-1][1])):
+            usable = [(a, b) for a, b in pairs if name == "greedy" or (a.sampled_evals and b.sampled_evals)]
+            row[name] = difference_summary([value(a) - value(b) for a, b in usable])
+        rows.append(row)
+    return rows
+
+
+def difference_summary(differences: list[float]) -> dict[str, Any]:
+    """Mean, standard error and 95% t interval of paired differences (None where n is too small)."""
+    n = len(differences)
+    mean = statistics.fmean(differences) if n else None
+    se = statistics.stdev(differences) / n**0.5 if n > 1 else None
+    half = t_quantile_95(n - 1) * se if se is not None else None
+    return {
+        "n": n,
+        "per_seed": differences,
+        "mean": mean,
+        "se": se,
+        "ci95": [mean - half, mean + half] if half is not None else None,
+    }
+
+
+def paired_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """Header and one line per paired-difference row, as strings."""
+    header = ["env", "method - baseline", "seeds", "greedy: mean (SE)", "greedy 95% interval"]
+    header += ["sampled: mean (SE)", "sampled 95% interval", "greedy per seed"]
+    lines = [header]
+    for row in rows:
+        cells = [row["env"], f"{row['method']} - {row['baseline']}", str(row["greedy"]["n"])]
+        for name in ("greedy", "sampled"):
+            d = row[name]
+            mean = f"{d['mean']:+.3f}" if d["mean"] is not None else "-"
+            cells.append(mean + (f" ({d['se']:.3f})" if d["se"] is not None else ""))
+            cells.append(f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" if d["ci95"] is not None else "-")
+        cells.append(" ".join(f"{x:+.3f}" for x in row["greedy"]["per_seed"]) or "-")
+        lines.append(cells)
+    return lines
+
+
 def table_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
     """Header and one line per summary row, as strings (printed aligned, or written as Markdown)."""
     header = ["env", "method", "seeds", "held-out before -> after", "std after", "after per seed"]
@@ -475,6 +549,7 @@ def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[li
         "",
         markdown_table(lines),
         "",
+        *paired_section(report["paired"]),
         f"Warm starts (wall s): {', '.join(warm_starts) or 'none here (model.path given, runs reused, or --collect)'}",
         "",
         *[f"![{png.stem}]({os.path.relpath(png, path.parent)})" for png in pngs],
@@ -486,12 +561,35 @@ def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[li
     path.write_text("\n".join(text))
 
 
+def paired_section(rows: list[dict[str, Any]]) -> list[str]:
+    """The paired-difference table's Markdown lines (none without --baseline)."""
+    if not rows:
+        return []
+    return [
+        f"### Paired differences from `{rows[0]['baseline']}`",
+        "",
+        "After RL, each method minus the baseline on the same seed (the same warm start, so also the difference of "
+        "the gains); mean over seeds, its standard error (sample std / sqrt n), and the 95% interval from Student's t "
+        "with n - 1 degrees of freedom.",
+        "",
+        markdown_table(paired_cells(rows)),
+        "",
+    ]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--envs", nargs="+", default=list(ENV_OPTIONS), help="environments (default: %(default)s)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (default: 0)")
     parser.add_argument("--steps", type=int, help="RL steps of every method (default: the config's steps)")
-    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS), help="default: all")
+    parser.add_argument(
+        "--methods", nargs="+", choices=list(METHODS), default=list(DEFAULT_METHODS), help="default: %(default)s"
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=list(METHODS),
+        help="also report every other method's paired difference from this one (same seed), with 95%% intervals",
+    )
     parser.add_argument("--preset", nargs="+", default=["default"], help="training presets, applied in order")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder; the report goes to OUT.md")
     parser.add_argument(
@@ -508,8 +606,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, command: list[str] | None = None) -> list[RunRecord]:
+    """Train (or --collect) and report; returns the records. `command`: the command line the report names, when
+    another experiment runs this one in its own process (grouping.py); by default this script and `argv`."""
     args = parse_args(argv)
+    args.command = command or ["python", str(Path(__file__).resolve().relative_to(REPO)), *args.argv]
     transformers_logging.disable_progress_bar()  # no bars for saving and loading the warm-started models
     overrides = parse_overrides(args.overrides)
     taken = [key for key in SCRIPT_KEYS if key in overrides]
@@ -555,7 +656,10 @@ def main(argv: list[str] | None = None) -> None:
                 lines = write_report(args, out, configs, records, warm_starts)
     # every env adds records (runs, or its config error) and a report: --envs, --seeds and --methods are non-empty
     print(aligned(lines))
+    if args.baseline:
+        print(aligned(paired_cells(paired_differences(records, args.baseline))))
     print(f"written: {out / RESULTS_FILE}, {out.with_suffix('.md')}, plots in {out}")
+    return records
 
 
 def write_report(
@@ -575,7 +679,7 @@ def write_report(
             plot_env(env, records, config.steps, pngs[-1])
     any_config = next(iter(configs.values()), None)
     report = {
-        "command": shlex.join(["python", str(Path(__file__).resolve().relative_to(REPO)), *args.argv]),
+        "command": shlex.join(args.command),
         "date": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads"
@@ -596,6 +700,7 @@ def write_report(
         "warm_starts": [dataclasses.asdict(w) | {"path": inside(out, w.path)} for w in warm_starts],
         "runs": [dataclasses.asdict(r) | {"output_dir": inside(out, r.output_dir)} for r in records],
         "summary": rows,
+        "paired": paired_differences(records, args.baseline) if args.baseline else [],
     }
     (out / RESULTS_FILE).write_text(json.dumps(report, indent=2))
     write_markdown(out.with_suffix(".md"), out, report, lines, pngs)

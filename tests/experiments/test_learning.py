@@ -89,3 +89,37 @@ def test_one_warm_start_serves_every_rl_board_size_with_the_same_warm_start_boar
 
     assert key(6, warm_size=5) == key(7, warm_size=5) == key(5)
     assert key(6) != key(5) and key(6, warm_size=4) != key(6, warm_size=5)
+
+
+def test_collect_reports_paired_differences_from_a_baseline(learning, tmp_path):
+    out = tmp_path / "table"
+    # greedy afters per seed: baseline 0.5, 0.6, 0.7; task grouping 0.4, 0.6, 0.5 (differences -0.1, 0, -0.2);
+    # the grouping arm has no run on seed 3, so seed 3 pairs with nothing
+    afters = {"at_grpo_shared": [0.5, 0.6, 0.7, 0.9], "mas_grpo_task": [0.4, 0.6, 0.5]}
+    for method, values in afters.items():
+        for seed, after in enumerate(values):
+            rows = [
+                {"step": 0, "eval/success": 0.5, "eval_sampled/success": 0.25},
+                {"step": 4, "eval/success": after, "eval_sampled/success": after / 2},
+            ]
+            save_run(learning, out, seed, method, rows)
+    args = ["--envs", "plan_path", "--seeds", "0", "1", "2", "3", "--methods", "at_grpo_shared", "mas_grpo_task"]
+    learning.main([*args, "--steps", "4", "--out", str(out), "--collect", "--baseline", "at_grpo_shared"])
+
+    (row,) = json.loads((out / learning.RESULTS_FILE).read_text())["paired"]
+    assert row["method"] == "mas_grpo_task" and row["baseline"] == "at_grpo_shared" and row["seeds"] == [0, 1, 2]
+    greedy, sampled = row["greedy"], row["sampled"]
+    assert greedy["per_seed"] == pytest.approx([-0.1, 0.0, -0.2])
+    assert greedy["mean"] == pytest.approx(-0.1) and greedy["se"] == pytest.approx(0.1 / 3**0.5)
+    half = 4.303 * 0.1 / 3**0.5  # Student's t, 2 degrees of freedom
+    assert greedy["ci95"] == pytest.approx([-0.1 - half, -0.1 + half])
+    assert sampled["mean"] == pytest.approx(-0.05) and sampled["n"] == 3
+    text = out.with_suffix(".md").read_text()
+    assert "### Paired differences from `at_grpo_shared`" in text
+    assert "| plan_path | mas_grpo_task - at_grpo_shared | 3 | -0.100 (0.058) | [-0.348, +0.148] |" in text
+
+
+def test_paired_difference_of_one_seed_has_no_interval(learning):
+    assert learning.difference_summary([0.25]) == {"n": 1, "per_seed": [0.25], "mean": 0.25, "se": None, "ci95": None}
+    assert learning.t_quantile_95(1) == 12.706 and learning.t_quantile_95(7) == 2.365
+    assert learning.t_quantile_95(40) == 1.96

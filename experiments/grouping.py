@@ -1,0 +1,445 @@
+"""The grouping ablation: AT-GRPO's (task, role, turn) groups against (task, role) groups, plain GRPO's task groups
+and the no-tree rollout, in a regime built for the grouping to matter, with the diagnostic that explains it.
+
+The regime: Plan-Path 5x5 in compact tool mode (`learning.py`'s board settings), in which the tool agent pays a
+fixed cost for every proposal (`tool_cost`, the env `plan_path_tool_cost`, which `main` registers). The cost moves every
+tool reward by the same amount, so groups keyed by role (`task_role`, `task_role_turn`) take it out exactly, and a
+run with it trains as a run without it would; in groups per task it sits next to the plan agent's rewards, and the
+tool's samples get mostly negative advantages whatever they said. The rewards of Plan-Path also differ by turn (the
+team reward is the progress made so far), which only `task_role_turn` takes out.
+
+For each seed, one warm start serves every arm (`learning.py`'s harness), and the arms share its before-RL
+evaluation (played once). After the runs, a rollout of each warm start on training tasks is scored under every
+grouping (the same samples, three keys) and the no-tree rollout under its own: the mean advantage per role, per
+turn and per (role, turn), the share of negative advantages, the share of (task, role, turn) groups whose every
+sample is negative, and the offset share (how much of the advantages' variance is a value shared by all K
+candidates of one prompt, which says nothing about which reply was better). The same numbers are recorded at every
+training step of every arm (`advantage_stats.jsonl` in the run's folder).
+
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python experiments/grouping.py --seeds 0 1 2 3 4 5 6 7 progress=false
+    .venv/bin/python experiments/grouping.py --seeds 0 1 2 3 4 5 6 7 --collect
+
+It writes `OUT.md` and `OUT/learning.json` (learning.py's table, with every arm's paired difference from AT-GRPO),
+and `OUT/diagnostics.md` and `OUT/diagnostics.json`. `--collect` trains nothing and re-reads what is saved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import shlex
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import learning  # noqa: E402  (the harness this experiment runs on, in the same folder)
+from verl_mas.advantage import GROUPINGS  # noqa: E402
+from verl_mas.env import StepResult, register_env  # noqa: E402
+from verl_mas.local import train as local_train  # noqa: E402
+from verl_mas.local.presets import apply_train_overrides  # noqa: E402
+from verl_mas.overrides import parse_overrides  # noqa: E402
+from verl_mas.sample import Sample  # noqa: E402
+from verl_mas_envs.puzzles.plan_path import PlanPathConfig, PlanPathEnv  # noqa: E402
+
+ENV = "plan_path_tool_cost"
+DEFAULT_OUT = learning.REPO / "runs" / "grouping"
+# learning.py's Plan-Path board settings, and the tool agent's cost per proposal
+REGIME = {**learning.ENV_OPTIONS["plan_path"], "tool_cost": 2.0}
+# The arms, as learning.py names them; the first is the baseline of the paired differences.
+ARMS = {
+    "at_grpo_shared": "task_role_turn",
+    "at_grpo_task_role": "task_role",
+    "mas_grpo_task": "task",
+    "mas_no_tree": "task_role_turn, no tree",
+}
+# 39 min for 8 seeds x 4 arms in one process with one thread on the shared 2-core machine (docs/results/grouping.md);
+# key=value arguments override them.
+DEFAULT_OVERRIDES = [
+    "warm_start.tasks=256",
+    "warm_start.epochs=4",
+    # only the plan agent's played moves are corrupted: the tool's proposals in the data stay right, so the plan
+    # agent learns to lean on them and the team's success depends on the tool (what task grouping pushes down)
+    "warm_start.corrupt_roles=[plan]",
+    "k=4",
+    "tasks_per_step=8",
+    "eval_tasks=64",
+    "eval_samples=4",
+    "update.lr=1e-3",
+    "sampling.max_new_tokens=16",  # the expert's longest move list on these boards is 13 tokens with eos
+]
+DEFAULT_STEPS = 30
+STATS_FILE = "advantage_stats.jsonl"
+DIAGNOSTIC_FILE = "diagnostic.json"
+
+
+@dataclass(frozen=True)
+class ToolCostConfig(PlanPathConfig):
+    tool_cost: float = 0.0
+
+
+class PlanPathToolCost(PlanPathEnv):
+    """Plan-Path (the same boards) where every tool proposal costs `tool_cost`, taken from its local reward.
+    Registered as `ENV` by `main` (importing this module registers nothing)."""
+
+    def __init__(self, tool_cost: float = 0.0, **options: Any) -> None:
+        super().__init__(**options)
+        self.base_config = self.config = ToolCostConfig(**dataclasses.asdict(self.config), tool_cost=float(tool_cost))
+
+    def step(self, role: str, text: str) -> StepResult:
+        result = super().step(role, text)
+        if role != "tool":
+            return result
+        return dataclasses.replace(result, local_reward=result.local_reward - self.config.tool_cost)
+
+
+def advantage_breakdown(samples: Sequence[Sample], advantages: Sequence[float]) -> dict[str, Any]:
+    """Per role, per turn and per (role, turn): samples, mean reward, mean advantage, the share of negative
+    advantages, and the share of (task, role, turn) groups whose every advantage is negative; and the offset share:
+    the part of the advantages' variance that is a value shared by every candidate of one (task, role, turn) group."""
+    adv = np.asarray(advantages, dtype=np.float64)
+    reward = np.array([s.reward for s in samples], dtype=np.float64)
+    role = np.array([s.role for s in samples], dtype=object)
+    turn = np.array([s.turn for s in samples], dtype=np.int64)
+    group = np.array([f"{s.task_uid}|{s.role}|{s.turn}" for s in samples], dtype=object)
+    cells: dict[str, Any] = {}
+    keys = [(str(r), role == r) for r in dict.fromkeys(role)]
+    keys += [(f"turn{t}", turn == t) for t in sorted(set(turn.tolist()))]
+    keys += [(f"{r}/turn{t}", (role == r) & (turn == t)) for r in dict.fromkeys(role) for t in sorted(set(turn))]
+    for name, rows in keys:
+        if not rows.any():
+            continue
+        members = defaultdict(list)
+        for g, a in zip(group[rows], adv[rows], strict=True):
+            members[g].append(a)
+        cells[name] = {
+            "n": int(rows.sum()),
+            "reward": float(reward[rows].mean()),
+            "advantage": float(adv[rows].mean()),
+            "negative_share": float((adv[rows] < 0).mean()),
+            "all_negative_groups": float(np.mean([max(v) < 0 for v in members.values()])),
+        }
+    means = {g: adv[group == g].mean() for g in dict.fromkeys(group)}
+    between = np.array([means[g] for g in group]) - adv.mean()
+    total = float(((adv - adv.mean()) ** 2).sum())
+    return {"cells": cells, "offset_share": float((between**2).sum() / total) if total > 0 else 0.0}
+
+
+class AdvantageRecorder:
+    """Wraps the local engine's advantage step so that every training step of a run appends its breakdown to
+    `STATS_FILE` in the run's folder (the engine computes the advantages as always; this only reads them)."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.step = 0
+        self.sample_advantages = local_train.sample_advantages
+        self.train = learning.train
+
+    def install(self) -> None:
+        local_train.sample_advantages = self.recording_sample_advantages
+        learning.train = self.recording_train
+
+    def recording_sample_advantages(self, samples: list[Sample], grouping: str) -> torch.Tensor:
+        advantages = self.sample_advantages(samples, grouping)
+        if self.path is not None:
+            self.step += 1
+            record = {"step": self.step, "grouping": grouping, **advantage_breakdown(samples, advantages.tolist())}
+            with self.path.open("a") as out:
+                out.write(json.dumps(record) + "\n")
+        return advantages
+
+    def recording_train(self, config, log=print):
+        self.path, self.step = Path(config.output_dir) / STATS_FILE, 0
+        self.path.unlink(missing_ok=True)  # a run that starts afresh records afresh
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return self.train(config, log)
+        finally:
+            self.path = None
+
+
+class EvaluationCache:
+    """The arms of a seed start from one warm start and evaluate on the same boards with the same random numbers, so
+    their before-RL evaluations are equal: an evaluation of weights and settings already evaluated in this process is
+    read back instead of played again (3 of each seed's 4 evaluations before RL)."""
+
+    # what an evaluation reads besides the weights (the arms differ in none of these: all route roles to one model)
+    KEYS = ("env", "env_options", "seed", "eval_tasks", "eval_samples", "alpha", "router", "sampling", "model")
+
+    def __init__(self) -> None:
+        self.saved: dict[str, tuple[float, dict[str, float]]] = {}
+        self.evaluate = local_train.LocalRun.evaluate
+
+    def install(self) -> None:
+        cache = self
+
+        def evaluate(run: local_train.LocalRun) -> tuple[float, dict[str, float]]:
+            key = cache.key(run)
+            if key not in cache.saved:
+                cache.saved[key] = cache.evaluate(run)
+            success, metrics = cache.saved[key]
+            return success, dict(metrics)
+
+        local_train.LocalRun.evaluate = evaluate
+
+    def key(self, run: local_train.LocalRun) -> str:
+        digest = hashlib.sha256()
+        settings = {name: getattr(run.config, name) for name in self.KEYS}
+        digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
+        for policy, model in sorted(run.models.items()):
+            digest.update(policy.encode())
+            for name, tensor in model.state_dict().items():
+                digest.update(name.encode() + tensor.detach().cpu().contiguous().numpy().tobytes())
+        return digest.hexdigest()
+
+
+def diagnose(config, warm_path: str, tasks: int, log) -> dict[str, Any]:
+    """The warm start's rollout of `tasks` training tasks (tree, and K independent episodes), scored under every
+    grouping: the tree's samples under each of the three keys, the independent episodes' under task_role_turn."""
+    config = apply_train_overrides(config, {"model": {"path": warm_path}, "output_dir": str(Path(warm_path).parent)})
+    run = local_train.LocalRun(config, log)
+    train_tasks = local_train.make_tasks(config, "train", 0, tasks)
+    out: dict[str, Any] = {"tasks": tasks, "k": config.k}
+    tree = [s for r in run.rollout(train_tasks, run.sampler, config.k, "tree") for s in r.samples]
+    for grouping in GROUPINGS:
+        out[grouping] = advantage_breakdown(tree, local_train.sample_advantages(tree, grouping).tolist())
+    independent = [s for r in run.rollout(train_tasks, run.sampler, config.k, "independent") for s in r.samples]
+    no_tree = local_train.sample_advantages(independent, "task_role_turn").tolist()
+    out["no_tree"] = advantage_breakdown(independent, no_tree)
+    return out
+
+
+def shared_warm_start(args: argparse.Namespace, overrides: dict[str, Any]) -> Path:
+    """The one warm start every seed's arms start from (`--warm-start shared`): trained with `--warm-seed`, or reused
+    from OUT/warm_start_team when saved there with the same settings."""
+    config = dataclasses.replace(learning.env_config(ENV, ["default"], overrides, args.steps), seed=args.warm_seed)
+    folder = args.out / "warm_start_team"
+    if args.collect:
+        return folder
+    warm = learning.prepare_warm_start(config, "team", folder, learning.prefixed_log(ENV, args.warm_seed, "warm start"))
+    if warm.error:
+        raise SystemExit(f"grouping.py: the warm start failed: {warm.error}")
+    return folder
+
+
+def diagnostics(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Each seed's diagnostic, computed from the warm start its arms started from (or read back when saved with the
+    same warm start and settings)."""
+    config = learning.env_config(ENV, ["default"], overrides, args.steps)
+    found = {}
+    for seed in args.seeds:
+        seed_config = dataclasses.replace(config, seed=seed)
+        folder = args.out / ENV / f"seed{seed}"
+        warm = Path(config.model.path) if config.model.path else folder / "warm_start_team"
+        key_file = warm / learning.WARM_START_KEY_FILE
+        key = {"warm_start": key_file.read_text() if key_file.is_file() else str(warm), "seed": seed, "k": config.k}
+        path = folder / DIAGNOSTIC_FILE
+        saved = json.loads(path.read_text()) if path.is_file() else None
+        if saved is not None and saved.get("key") == key and saved.get("tasks") == args.diagnose_tasks:
+            found[seed] = saved
+        elif not args.collect and (warm / "config.json").is_file():
+            log = learning.prefixed_log(ENV, seed, "diagnose")
+            result = diagnose(seed_config, str(warm), args.diagnose_tasks, log)
+            found[seed] = {"key": key, **result}
+            folder.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(found[seed], indent=2))
+    return found
+
+
+# Held-out metrics of the last evaluation compared per seed with the baseline arm: success (greedy and sampled), the
+# team reward an episode ends with, each role's mean reward (what RL maximises; the tool's includes its cost), its
+# share of invalid replies and its reply length in tokens.
+PAIRED_METRICS = (
+    "eval/success",
+    "eval_sampled/success",
+    "eval_sampled/team_reward_final",
+    *(f"eval_sampled/{role}/{name}" for role in ("tool", "plan") for name in ("reward", "invalid_move_share")),
+    *(f"eval_sampled/{role}/response_length" for role in ("tool", "plan")),
+)
+
+
+def paired_metrics(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """Per arm after the first, per metric: the last evaluation's value minus the first arm's on the same seed, and
+    both arms' values before and after (means over the seeds where both have one)."""
+    last: dict[tuple[str, int], dict[str, float]] = {}
+    first: dict[tuple[str, int], dict[str, float]] = {}
+    for arm in arms:
+        for seed in seeds:
+            path = out / ENV / f"seed{seed}" / arm / learning.METRICS_FILE
+            rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+            evals = [row for row in rows if "eval/success" in row]
+            if len(evals) > 1:
+                first[arm, seed], last[arm, seed] = evals[0], evals[-1]
+    rows = []
+    for arm in arms[1:]:
+        for metric in PAIRED_METRICS:
+            both = [s for s in seeds if (arm, s) in last and (arms[0], s) in last and metric in last[arm, s]]
+            differences = [last[arm, s][metric] - last[arms[0], s][metric] for s in both]
+            summary = learning.difference_summary(differences)
+            rows.append(
+                {
+                    "arm": arm,
+                    "metric": metric,
+                    "seeds": both,
+                    "before": statistics.fmean(first[arm, s][metric] for s in both) if both else None,
+                    "baseline_after": statistics.fmean(last[arms[0], s][metric] for s in both) if both else None,
+                    "after": statistics.fmean(last[arm, s][metric] for s in both) if both else None,
+                    **summary,
+                }
+            )
+    return rows
+
+
+def paired_lines(rows: list[dict[str, Any]], baseline: str) -> list[str]:
+    header = ["arm - baseline", "metric", "seeds", "before", f"{baseline} after", "arm after", "difference (SE)"]
+    lines = [header + ["95% interval", "per seed"]]
+    for row in rows:
+        if not row["seeds"]:
+            continue
+        se = f" ({row['se']:.3f})" if row["se"] is not None else ""
+        interval = f"[{row['ci95'][0]:+.3f}, {row['ci95'][1]:+.3f}]" if row["ci95"] is not None else "-"
+        lines.append(
+            [
+                f"{row['arm']} - {baseline}",
+                row["metric"],
+                str(len(row["seeds"])),
+                f"{row['before']:.3f}",
+                f"{row['baseline_after']:.3f}",
+                f"{row['after']:.3f}",
+                f"{row['mean']:+.3f}{se}",
+                interval,
+                " ".join(f"{d:+.3f}" for d in row["per_seed"]),
+            ]
+        )
+    return [learning.markdown_table(lines)]
+
+
+def training_stats(out: Path, seeds: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """Per arm, the mean over its runs' steps and seeds of every recorded cell's mean advantage and shares."""
+    by_arm: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for arm in ARMS:
+        cells: dict[str, list[dict[str, float]]] = defaultdict(list)
+        offsets = []
+        for seed in seeds:
+            path = out / ENV / f"seed{seed}" / arm / STATS_FILE
+            if not path.is_file():
+                continue
+            for line in path.read_text().splitlines():
+                record = json.loads(line)
+                offsets.append(record["offset_share"])
+                for name, values in record["cells"].items():
+                    cells[name].append(values)
+        if offsets:
+            by_arm[arm] = {"steps": len(offsets), "offset_share": statistics.fmean(offsets), "cells": {}}
+            for name, rows in cells.items():
+                by_arm[arm]["cells"][name] = {k: statistics.fmean(r[k] for r in rows) for k in rows[0] if k != "n"}
+    return by_arm
+
+
+CELLS = ("tool", "plan", "turn0", "turn1", "turn2", "tool/turn0", "tool/turn2", "plan/turn0", "plan/turn2")
+
+
+def diagnostic_lines(found: dict[int, dict[str, Any]], trained: dict[str, dict[str, Any]]) -> list[str]:
+    """The Markdown of the diagnostic: at the warm start (mean over seeds) and during training (mean over steps)."""
+    lines = [
+        "# Grouping ablation: the diagnostic",
+        "",
+        "Mean advantage (and, in brackets, the share of negative advantages) per role, per turn and per (role, turn);",
+        "`all-neg` is the share of a role's (task, role, turn) groups whose every sample got a negative advantage;",
+        "`offset` is the share of the advantages' variance that is a value shared by all candidates of one (task,",
+        "role, turn) group (0 when the groups are the key).",
+        "",
+    ]
+    if found:
+        lines += [f"## At the warm start: one rollout per seed's warm start ({len(found)} seeds), every grouping", ""]
+        names = (*GROUPINGS, "no_tree")
+        lines += _cell_table({name: [f[name] for f in found.values()] for name in names})
+    if trained:
+        lines += ["", "## During training: every step of every seed, under the arm's own grouping", ""]
+        lines += _cell_table({f"{arm} ({ARMS[arm]}, {s['steps']} steps)": [s] for arm, s in trained.items()})
+    return lines
+
+
+def _cell_table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
+    header = ["grouping", *CELLS, "tool all-neg", "plan all-neg", "offset"]
+    lines = [header]
+    for name, parts in results.items():
+        row = [name]
+        for cell in CELLS:
+            values = [p["cells"][cell] for p in parts if cell in p["cells"]]
+            if values:
+                advantage = statistics.fmean(v["advantage"] for v in values)
+                negative = statistics.fmean(v["negative_share"] for v in values)
+                row.append(f"{advantage:+.2f} ({negative:.2f})")
+            else:
+                row.append("-")
+        for role in ("tool", "plan"):
+            values = [p["cells"][role]["all_negative_groups"] for p in parts if role in p["cells"]]
+            row.append(f"{statistics.fmean(values):.2f}" if values else "-")
+        row.append(f"{statistics.fmean(p['offset_share'] for p in parts):.2f}")
+        lines.append(row)
+    return [learning.markdown_table(lines)]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", nargs="+", type=int, default=list(range(8)), help="default: 0-7")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="RL steps of every arm (default: %(default)s)")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), help="default: all four")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: runs/grouping)")
+    parser.add_argument("--diagnose-tasks", type=int, default=16, help="training tasks of the warm-start diagnostic")
+    parser.add_argument(
+        "--warm-start",
+        choices=("shared", "per_seed"),
+        default="per_seed",
+        help="per_seed (default): learning.py's one warm start per seed, shared by its arms; shared: one warm "
+        "start, trained with --warm-seed, for every seed and arm",
+    )
+    parser.add_argument("--warm-seed", type=int, default=0, help="the seed of the shared warm start (default 0)")
+    parser.add_argument("--collect", action="store_true", help="train nothing: report what is saved under OUT")
+    parser.add_argument("overrides", nargs="*", help="key=value training overrides, after the defaults above")
+    argv = sys.argv[1:] if argv is None else argv
+    overrides = [item for item in argv if "=" in item and not item.startswith("-")]
+    args = parser.parse_args([item for item in argv if item not in overrides])
+    args.overrides, args.argv = overrides, argv
+    args.out = args.out.resolve()
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    register_env(ENV)(PlanPathToolCost)
+    learning.ENV_OPTIONS[ENV] = REGIME
+    overrides = [*DEFAULT_OVERRIDES, *args.overrides]
+    AdvantageRecorder().install()
+    EvaluationCache().install()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.warm_start == "shared" and "path" not in parse_overrides(overrides).get("model", {}):
+        overrides.append(f"model.path={shared_warm_start(args, parse_overrides(overrides))}")
+    learning_argv = ["--envs", ENV, "--seeds", *map(str, args.seeds), "--steps", str(args.steps)]
+    learning_argv += ["--methods", *args.arms, "--baseline", args.arms[0], "--out", str(args.out), *overrides]
+    command = ["python", str(Path(__file__).resolve().relative_to(learning.REPO)), *args.argv]
+    learning.main(learning_argv + (["--collect"] if args.collect else []), command=command)
+    found = diagnostics(args, parse_overrides(overrides))
+    trained = training_stats(args.out, args.seeds)
+    paired = paired_metrics(args.out, args.arms, args.seeds)
+    report = {"command": shlex.join(command), "warm_start": found, "training": trained, "paired": paired}
+    (args.out / "diagnostics.json").write_text(json.dumps(report, indent=2))
+    text = "\n".join(diagnostic_lines(found, trained)) + "\n"
+    text += f"\n## Held-out metrics, paired with `{args.arms[0]}`\n\n" + "\n".join(paired_lines(paired, args.arms[0]))
+    text += "\n"
+    (args.out / "diagnostics.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
