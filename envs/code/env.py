@@ -16,15 +16,18 @@ Rewards, per move (team = the latest program passes every hidden case):
 | role   | move                                           | local reward                        | team reward |
 |--------|------------------------------------------------|-------------------------------------|-------------|
 | coder  | a program that compiles                        | share of hidden cases it passes     | 1 if team   |
-| tester | one or more cases                              | share of its cases that earn credit | 1 if team   |
+| tester | one or more cases                              | `tester_reward` (below)             | 1 if team   |
 | both   | no code block or case; a program not compiling | -0.5 (invalid)                      | 1 if team   |
 
-A tester's case earns credit when it is well-formed and new (not a repeat of an earlier case of the reply), a
-correct program passes it, and at least one known-wrong program fails it. The correct program is the task's
-reference, or else a program of the coder's from this episode that passed every hidden case; with neither, no case
-can be checked and none earns credit. Known-wrong programs: the task's own (data files' incorrect solutions), up to
-`wrong_programs` mutants of the reference that fail a hidden case (`verl_mas_envs.code.mutants`), and the coder's
-earlier programs of the episode that failed one.
+The tester's reward (`verl_mas_envs.code.tester_reward`): with `catch_share` (the default), the share of the
+known-wrong programs that its valid cases (those a correct program passes) catch, minus `tester_case_penalty` for
+every case the correct program fails, repeats of an input included, never below -1; with `credit_share`, the share of
+its cases that are well-formed, new (not a repeat of an earlier input of the reply), passed by a correct program and
+failed by some known-wrong program. The correct program is the task's reference, or else a program of the coder's
+from this episode that passed every hidden case; with neither, no case can be checked and the reward is 0. Known-wrong
+programs: the task's own (data files' incorrect solutions), up to `wrong_programs` mutants of the reference that fail
+a hidden case (`verl_mas_envs.code.mutants`), and the coder's earlier programs of the episode that failed one; with
+none, no case can show it catches anything (under `catch_share` the penalty still applies).
 
 Tasks come from `verl_mas_envs.code.problems` (`source`, `source_options`, or `data_file` with `data_form`).
 """
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -54,6 +58,7 @@ from .cases import CallCase, CodeProblem, StdinCase, TestCase
 from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge, judge_each
 from .mutants import mutants
 from .problems import brief_statement, check_options, file_problem, file_problems, task_problem
+from .tester_reward import TESTER_REWARDS, TesterReward, Verdicts, tester_reward
 
 ROLES = ("coder", "tester")
 SINGLE_AGENT_ROLES = ("coder",)
@@ -74,7 +79,10 @@ class CodeConfig:
     max_turns: int = 3
     single_agent: bool = False
     brief_prompts: bool = False
+    brief_examples: bool = False  # brief prompts also show the statement's examples ("9 2 -> 27")
     max_tester_cases: int = 8
+    tester_reward: TesterReward = "catch_share"  # see verl_mas_envs.code.tester_reward
+    tester_case_penalty: float = 1.0  # catch_share: taken off per case the correct program fails
     wrong_programs: int = 3  # mutants of the reference tried as known-wrong programs
     shown_mismatches: int = 3
     case_time_s: float = 2.0
@@ -83,8 +91,15 @@ class CodeConfig:
     def __post_init__(self) -> None:
         require_problem_source(self, FILE_SPLITS)
         require_ints(self, max_turns=1, max_tester_cases=1, wrong_programs=0, shown_mismatches=0)
-        require_flags(self, "single_agent", "brief_prompts")
+        require_flags(self, "single_agent", "brief_prompts", "brief_examples")
         require_seconds(self, "case_time_s", "program_time_s")
+        if self.brief_examples and not self.brief_prompts:
+            raise ValueError("brief_examples shows examples in brief prompts: it needs brief_prompts=true")
+        if self.tester_reward not in TESTER_REWARDS:
+            raise ValueError(f"tester_reward must be one of {TESTER_REWARDS}, got {self.tester_reward!r}")
+        penalty = self.tester_case_penalty
+        if not (isinstance(penalty, int | float) and not isinstance(penalty, bool) and 0 <= penalty < math.inf):
+            raise ValueError(f"tester_case_penalty must be a finite number >= 0, got {penalty!r}")
 
     @property
     def limits(self) -> JudgeLimits:
@@ -133,10 +148,12 @@ class CodeState:
 
 @dataclass(frozen=True)
 class TesterReply:
-    """The cases read from a tester's reply, and how many more it wrote that are not usable cases."""
+    """The cases read from a tester's reply, and how many more it wrote that are not usable cases (`repeats`: those
+    of them that are well-formed cases of an input given earlier in the reply)."""
 
     cases: tuple[TestCase, ...]
     degenerate: int
+    repeats: tuple[TestCase, ...] = ()
 
 
 CODER_SYSTEM = (
@@ -248,29 +265,38 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         reply = read_tester_reply(text, self.problem, self.config.max_tester_cases)
         if not reply.cases:
             return INVALID_OUTPUT_REWARD, False, {"error": "no usable test case", "degenerate": reply.degenerate}, state
-        credited = self._credited(state, reply.cases)
-        if isinstance(credited, str):  # the judge could not run a program on the cases: no credit can be given
-            return 0.0, True, {INFRA_FAILURE: credited}, state
-        share = sum(credited) / (len(reply.cases) + reply.degenerate)
-        info = {"cases": len(reply.cases), "degenerate": reply.degenerate, "credited": sum(credited)}
-        return share, True, info, replace(state, pending_cases=reply.cases)
+        verdicts = self._verdicts(state, reply)
+        if isinstance(verdicts, str):  # the judge could not run a program on the cases: no reward can be given
+            return 0.0, True, {INFRA_FAILURE: verdicts}, state
+        config = self.config
+        reward = tester_reward(config.tester_reward, verdicts, reply.degenerate, config.tester_case_penalty)
+        info = {
+            "cases": len(reply.cases),
+            "degenerate": reply.degenerate,
+            "credited": verdicts.credited,
+            "caught": verdicts.caught_programs,
+            "known_wrong": verdicts.known_wrong,
+            "failed_by_correct": verdicts.failed_by_correct,
+        }
+        return reward, True, info, replace(state, pending_cases=reply.cases)
 
-    def _credited(self, state: CodeState, cases: tuple[TestCase, ...]) -> list[bool] | str:
-        """Which cases a correct program passes and some known-wrong program fails; why not, when the judge could
-        not run one of them."""
+    def _verdicts(self, state: CodeState, reply: TesterReply) -> Verdicts | str:
+        """How a correct program and the known-wrong ones do on the reply's cases, then its repeats; why not, when
+        the judge could not run one of them."""
+        cases = (*reply.cases, *reply.repeats)
         correct = self.problem.reference if self.problem.reference is not None else state.passing
-        wrong = [*self._known_wrong(), *state.failing]
-        if correct is None or not wrong:
-            return [False] * len(cases)
+        wrong = tuple(dict.fromkeys((*self._known_wrong(), *state.failing)))
+        if correct is None:
+            return Verdicts(len(reply.cases), None, (frozenset(),) * len(cases), len(wrong))
         programs = [self._program(source) for source in (correct, *wrong)]
         correct_results, *wrong_results = judge_each(programs, cases, self.config.limits, run=_judged)
         for results in (correct_results, *wrong_results):
             if (why := infra_failure(results)) is not None:
                 return why
-        return [
-            correct_results[i].passed and any(not results[i].passed for results in wrong_results)
-            for i in range(len(cases))
-        ]
+        caught = tuple(
+            frozenset(j for j, results in enumerate(wrong_results) if not results[i].passed) for i in range(len(cases))
+        )
+        return Verdicts(len(reply.cases), tuple(r.passed for r in correct_results), caught, len(wrong))
 
     def _known_wrong(self) -> tuple[str, ...]:
         return _known_wrong(self.problem, self.config.wrong_programs, self.config.limits)
@@ -316,6 +342,8 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         problem, state = self.problem, self.state
         if self.config.brief_prompts:
             lines = [brief_statement(problem)]
+            if self.config.brief_examples:
+                lines += [_brief_example(case, problem) for case in problem.visible]
             if state.program is not None:
                 lines.append(f"prog:\n{state.program.strip()}")
             lines += [f"in:{m.shown_input} want:{m.expected} got:{m.actual}" for m in self._mismatches()]
@@ -358,15 +386,19 @@ def read_tester_reply(text: str, problem: CodeProblem, limit: int) -> TesterRepl
     """The tester's first `limit` cases; malformed and repeated ones are counted as degenerate."""
     part = answer_part(text)
     found: list[TestCase] = []
+    repeats: list[TestCase] = []
     degenerate = 0
     for case in _stdin_cases(part) if problem.style == "stdin" else _call_cases(part, problem.fn_name or ""):
         if len(found) + degenerate >= limit:
             break
-        if case is None or any(_same_input(case, seen) for seen in found) or _empty(case):
+        if case is None or _empty(case):
             degenerate += 1
+        elif any(_same_input(case, seen) for seen in found):
+            degenerate += 1
+            repeats.append(case)
         else:
             found.append(case)
-    return TesterReply(tuple(found), degenerate)
+    return TesterReply(tuple(found), degenerate, tuple(repeats))
 
 
 def _stdin_cases(part: str) -> list[StdinCase | None]:
@@ -450,6 +482,13 @@ def _short(text: str) -> str:
     if len(text) > SHOWN_CHARS:
         text = text[:SHOWN_CHARS] + " ..."
     return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _brief_example(case: TestCase, problem: CodeProblem) -> str:
+    """A statement's example in a brief prompt: `9 2 -> 27`, or `f(1, 2) -> 3`."""
+    if isinstance(case, StdinCase):
+        return f"{case.input.strip()} -> {case.expected.strip()}"
+    return f"{problem.fn_name}({case.args}) -> {case.expected}" if isinstance(case, CallCase) else case.code.strip()
 
 
 def _written_cases(cases: Sequence[TestCase], problem: CodeProblem) -> str:

@@ -66,13 +66,16 @@ def test_no_program_or_one_that_does_not_compile_is_an_invalid_move(reply: str) 
 
 
 def test_a_tester_case_earns_credit_when_the_reference_passes_it_and_a_wrong_program_fails_it() -> None:
+    """The credit_share rule (tests/envs/code/test_tester_reward.py has the default catch_share's)."""
     # "2 3"/"5": reference 5, the wrong program -1: credit. "0 0"/"0": both print 0: not discriminating.
-    # "2 2"/"5": the reference prints 4: a wrong expectation. A repeat and a dangling input: degenerate.
+    # "2 2"/"5": the reference prints 4: a wrong expectation. A repeat (the reference passes it) and a dangling input:
+    # degenerate.
     reply = cases(("2 3", "5"), ("0 0", "0"), ("2 2", "5"), ("2  3", "5")) + "\n```input\n9 9\n```"
-    result = started().step("tester", reply)
-    assert result.valid and result.info == {"cases": 3, "degenerate": 2, "credited": 1}
+    result = started(tester_reward="credit_share").step("tester", reply)
+    expected_info = {"cases": 3, "degenerate": 2, "credited": 1, "caught": 1, "known_wrong": 1, "failed_by_correct": 1}
+    assert result.valid and result.info == expected_info
     assert result.local_reward == pytest.approx(1 / 5)
-    perfect = started().step("tester", cases(("2 3", "5"), ("4 1", "5")))
+    perfect = started(tester_reward="credit_share").step("tester", cases(("2 3", "5"), ("4 1", "5")))
     assert perfect.local_reward == pytest.approx(1.0)
 
 
@@ -84,7 +87,7 @@ def test_without_a_wrong_program_or_a_correct_one_no_case_earns_credit() -> None
 
 
 def test_the_coders_programs_judge_the_testers_cases_when_the_task_has_no_reference() -> None:
-    env = started(CodeProblem("add/3", "Add.", "stdin", HIDDEN), max_turns=3)
+    env = started(CodeProblem("add/3", "Add.", "stdin", HIDDEN), max_turns=3, tester_reward="credit_share")
     env.step("coder", python(SUBTRACTER))  # fails hidden cases: a known-wrong program from now on
     env.step("tester", cases(("1 1", "3")))  # a wrong case: the turn goes on
     env.step("coder", python(ADDER))  # passes every hidden case: a correct program from now on
@@ -220,6 +223,10 @@ def test_codeio_tasks_have_hidden_cases_their_reference_passes() -> None:
         ({"max_tester_cases": 0}, "max_tester_cases must be an int >= 1"),
         ({"case_time_s": float("inf")}, "case_time_s must be a positive finite number"),
         ({"single_agent": "yes"}, "single_agent must be true or false"),
+        ({"tester_reward": "catch"}, "tester_reward must be one of"),
+        ({"tester_case_penalty": -0.5}, "tester_case_penalty must be a finite number >= 0"),
+        ({"tester_case_penalty": "1"}, "tester_case_penalty must be a finite number >= 0"),
+        ({"brief_examples": True}, "brief_examples .* needs brief_prompts=true"),
         ({"data_file": "/nonexistent/code.jsonl"}, "code data_file"),
     ],
 )
@@ -256,7 +263,8 @@ def test_a_tree_rollout_gives_both_roles_groups_that_spread_and_ends_when_the_pr
     by_role = {role: [s for s in episode.samples if s.role == role] for role in ("coder", "tester")}
     # mixed reward = team + local; team = the candidate's program (coder) or the state's (tester) passes hidden cases
     assert [s.reward for s in by_role["coder"]] == pytest.approx([2.0, 0.75, -0.5, 0.0])
-    assert [s.reward for s in by_role["tester"]] == pytest.approx([1.0, 0.0, -0.5, 0.0])
+    # catch_share: all of the one wrong program caught; none caught; no case; a case the reference fails (-1)
+    assert [s.reward for s in by_role["tester"]] == pytest.approx([1.0, 0.0, -0.5, -1.0])
     assert [s.continued for s in by_role["tester"]] == [True, False, False, False]
     assert episode.turns == 1 and episode.success and episode.team_reward == 1.0
     rewards = torch.tensor([[s.reward] for s in episode.samples])
@@ -323,11 +331,12 @@ hostile_replies = st.tuples(
 ).map(lambda drawn: "".join(drawn[0]) * drawn[1])
 
 
+@pytest.mark.parametrize("rule", ["catch_share", "credit_share"])
 @pytest.mark.parametrize("problem", [ADD, FUNCTION_ADD], ids=["stdin", "function"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(reply=hostile_replies)
-def test_any_reply_is_a_scored_move(problem: CodeProblem, reply: str) -> None:
-    env = started(problem, case_time_s=0.5, program_time_s=1.0)
+def test_any_reply_is_a_scored_move(problem: CodeProblem, rule: str, reply: str) -> None:
+    env = started(problem, case_time_s=0.5, program_time_s=1.0, tester_reward=rule)
     for role in env.roles:
         branch = env.clone()
         began = time.thread_time()
