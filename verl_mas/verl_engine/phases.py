@@ -110,7 +110,8 @@ class PolicySpan:
     """One policy's part of a phase, in `time.time()` seconds.
 
     Attributes:
-        start: the verl method started (its worker call went out a moment later).
+        start: the verl method started.
+        dispatched: its worker call had gone out (equal to `start` when the method made no worker call).
         ready: every worker of the policy had answered (equal to `end` when the method made no worker call).
         end: the method finished with the answer.
         finish_s: the time of pass 3 alone (reading the answer, metrics); the policy's own share of the wall time
@@ -119,6 +120,7 @@ class PolicySpan:
     """
 
     start: float
+    dispatched: float
     ready: float
     end: float
     finish_s: float
@@ -127,6 +129,20 @@ class PolicySpan:
     @property
     def seconds(self) -> float:
         return self.ready - self.start + self.finish_s
+
+
+def prime_dispatch_layout(group: Any, meshes: Iterable[str]) -> None:
+    """Ask `group`'s workers for their data-parallel layout of each mesh now, into the caches verl's nd-compute
+    dispatch and collect read (`_dispatch_info`, `_collect_info`).
+
+    verl asks lazily, on a group's first nd-compute call, with a blocking call to every worker. In `run_phase` that
+    round trip would sit between one policy's dispatch and the next, at a launch's first old log-prob, while the
+    first policy's workers already compute on every core. Asked at set-up, every first call goes out at once."""
+    for mesh in meshes:
+        if mesh not in group._dispatch_info:
+            group._dispatch_info[mesh] = group._query_dispatch_info(mesh)
+        if mesh not in group._collect_info:
+            group._collect_info[mesh] = group._query_collect_info(mesh)
 
 
 def wait_all(pending: dict[str, list[ray.ObjectRef]]) -> dict[str, float]:
@@ -161,15 +177,17 @@ def run_phase(
     spans: dict[str, PolicySpan] = {}
     split = {policy: SplitWorkerGroup(groups[policy]) for policy in policies}
     started: dict[str, float] = {}
+    dispatched: dict[str, float] = {}
 
     def dispatch(policy: str) -> bool:
         started[policy] = time.time()
         try:
             results[policy] = run(policy, split[policy])
         except Dispatched:
+            dispatched[policy] = time.time()
             return True
         end = time.time()
-        spans[policy] = PolicySpan(started[policy], end, end, end - started[policy], None)
+        spans[policy] = PolicySpan(started[policy], started[policy], end, end, end - started[policy], None)
         return False
 
     def finish(policy: str, ready: float) -> None:
@@ -177,7 +195,9 @@ def run_phase(
         split[policy].answer()
         results[policy] = run(policy, split[policy])
         end = time.time()
-        spans[policy] = PolicySpan(started[policy], ready, end, end - begin, split[policy].method)
+        spans[policy] = PolicySpan(
+            started[policy], dispatched[policy], ready, end, end - begin, split[policy].method
+        )
 
     if sequential:
         for policy in split:

@@ -4,11 +4,12 @@ one file; and what the tests and `benchmarks/bench_policy_overlap.py` read from 
 
 Records (times are `time.time()` seconds, comparable across the processes of one machine):
 
-- `{"kind": "phase", "step", "phase", "policy", "mode", "method", "start", "ready", "end"}`, written by the trainer
-  for every phase it runs per policy (several policies only): `start` when the policy's call was dispatched,
-  `ready` when all its workers had answered, `end` when the trainer had finished with the answer; `mode` is
-  `concurrent` or `sequential` (the `mas.phase_check` reference run); `method` is the worker method called (null
-  when the phase needed none); `step` is null at set-up (checkpoint load, first weight sync);
+- `{"kind": "phase", "step", "phase", "policy", "mode", "method", "start", "dispatched", "ready", "end"}`, written by
+  the trainer for every phase it runs per policy (several policies only): `start` when verl's method for the policy
+  began, `dispatched` when its worker call had gone out, `ready` when all its workers had answered, `end` when the
+  trainer had finished with the answer; `mode` is `concurrent` or `sequential` (the `mas.phase_check` reference
+  run); `method` is the worker method called (null when the phase needed none); `step` is null at set-up
+  (checkpoint load, first weight sync);
 - `{"kind": "worker", "policy", "method", "rank", "start", "end"}`, written by each actor worker around the compute
   of one call (`compute_log_prob`, `compute_ref_log_prob`, `update_actor`, `update_weights`, `save_checkpoint`,
   `load_checkpoint`);
@@ -109,6 +110,7 @@ def phase_overlaps(records: Sequence[Mapping[str, Any]], phase: str, mode: str =
             "step": step,
             "policies": [a, b],
             "trainer": {r["policy"]: (r["start"], r["ready"]) for r in recs},
+            "dispatched": {r["policy"]: r.get("dispatched") for r in recs},
             "worker": workers,
             "trainer_overlap_s": overlap((recs[0]["start"], recs[0]["ready"]), (recs[1]["start"], recs[1]["ready"])),
         }

@@ -46,7 +46,7 @@ from verl_mas.verl_engine.batch import (
     split_by_policy,
 )
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported
-from verl_mas.verl_engine.phases import PolicySpan, SplitWorkerGroup, run_phase
+from verl_mas.verl_engine.phases import PolicySpan, SplitWorkerGroup, prime_dispatch_layout, run_phase
 from verl_mas.verl_engine.policies import (
     PolicyActorRolloutRefWorker,
     PolicyLLMServerManager,
@@ -140,6 +140,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         groups = build_policy_worker_groups(pools, worker_class_of, device_name=self.config.trainer.device)
         for policy, group in groups.items():
             group.init_model()
+            prime_dispatch_layout(group, ["actor", "ref"] if roles[policy] == Role.ActorRolloutRef else ["actor"])
             self.policies[policy] = self._policy_runtime(policy, configs[policy], group, pools[policy])
         rm_pool = self.resource_pool_manager.resource_pool_dict.get("reward_pool")
         self.reward_loop_manager = RewardLoopManager(config=self.config, rm_resource_pool=rm_pool)
@@ -267,7 +268,7 @@ class AtGrpoTrainer(PPOTrainerSync):
             self._timeline,
             [
                 {"kind": "phase", "step": step, "phase": phase, "policy": p, "mode": mode, "method": span.method}
-                | {"start": span.start, "ready": span.ready, "end": span.end}
+                | {"start": span.start, "dispatched": span.dispatched, "ready": span.ready, "end": span.end}
                 for p, span in spans.items()
             ],
         )

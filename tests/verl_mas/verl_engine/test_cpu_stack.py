@@ -163,11 +163,9 @@ def check_policies_overlap(records: list[dict], step: int) -> None:
         row = rows[0]
         assert sorted(row["policies"]) == sorted(POLICIES) and all(row["worker"].values()), (phase, row)
         print(f"step {step} {phase}: workers overlapped {row['worker_overlap_s']:.2f} s of {row['worker']}")
-        # Both policies' calls were in flight together from the driver. Whether their workers then computed at the
-        # same time depends on each actor's queue: one clean-clone run saw the plan worker start 0.19 s after the
-        # tool's ended, so the worker overlap is reported, not asserted, until that is explained.
-        starts, ends = zip(*row["trainer"].values(), strict=True)
-        assert max(starts) < min(ends), (phase, row)
+        # every policy's call went out before any policy's workers had finished, and the workers computed together
+        assert max(row["dispatched"].values()) < min(end for _, end in row["worker"].values()), (phase, row)
+        assert row["worker_overlap_s"] >= 0.5 * row["shorter_worker_s"], (phase, row)
         for reference in phase_overlaps(records, phase, "sequential"):
             assert reference["worker_overlap_s"] == 0.0, (phase, reference)
     for policy_spans in request_spans(records).values():  # every training step's requests reached both policies

@@ -66,17 +66,21 @@ def test_every_policy_computes_at_once_and_gets_what_the_blocking_call_gives(gro
     for policy, span in spans.items():
         assert span.method == "compute_log_prob"
         assert span.start <= work[policy][0] and work[policy][1] <= span.ready <= span.end
+        assert span.start <= span.dispatched <= span.ready
         assert span.seconds == pytest.approx(span.ready - span.start + span.finish_s)
+    assert max(span.dispatched for span in spans.values()) < min(end for _, end in work.values())
 
-    sequential, _ = run_phase(groups, groups, Method(), sequential=True)
+    sequential, one_by_one_spans = run_phase(groups, groups, Method(), sequential=True)
     assert {p: r["sum"] for p, r in sequential.items()} == {"tool": 6, "plan": 30}
     one_by_one = {p: (r["start"], r["end"]) for p, r in sequential.items()}
     assert overlap(one_by_one["tool"], one_by_one["plan"]) == 0.0
+    assert max(span.dispatched for span in one_by_one_spans.values()) > min(end for _, end in one_by_one.values())
 
 
 def test_a_method_without_a_worker_call_finishes_in_the_first_pass(groups):
     results, spans = run_phase(["tool"], groups, lambda policy, group: f"{policy} bypassed")
     assert results == {"tool": "tool bypassed"} and spans["tool"].method is None
+    assert spans["tool"].dispatched == spans["tool"].start
 
 
 def test_the_split_refuses_what_it_cannot_answer(groups):
