@@ -195,9 +195,7 @@ def run_phase(
         split[policy].answer()
         results[policy] = run(policy, split[policy])
         end = time.time()
-        spans[policy] = PolicySpan(
-            started[policy], dispatched[policy], ready, end, end - begin, split[policy].method
-        )
+        spans[policy] = PolicySpan(started[policy], dispatched[policy], ready, end, end - begin, split[policy].method)
 
     if sequential:
         for policy in split:
