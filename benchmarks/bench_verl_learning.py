@@ -1,0 +1,394 @@
+"""Benchmark: does AT-GRPO through verl's real stack on CPU lift held-out success, beside the local engine?
+
+Both engines start from one warm-started tiny model (the embedded default's, with 2 attention heads: vLLM's CPU
+attention needs a head size of 32) and train the same boards in the same order with the same settings, one
+optimizer step per policy per training step (the paper's on-policy setting): the local engine updates on the whole
+batch, and verl's `ppo_mini_batch_size` is the most samples one policy can get in a step (verl pads every batch up
+to it with zero-mask rows, so the step's samples form exactly one mini-batch). Both save checkpoints every
+`--eval-every` steps; every checkpoint of both engines is then evaluated by one evaluator on the same held-out
+boards, greedy and sampled at the training temperature with the same random numbers every time, so before/after
+and engine/engine differences are paired per board.
+
+    python benchmarks/bench_verl_learning.py --router shared --steps 150 --eval-every 25
+    python benchmarks/bench_verl_learning.py --plot     # the chart and table of every router's saved JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from verl_mas.dataset import write_dataset
+from verl_mas.env import make_env
+from verl_mas.local.config import LocalTrainConfig
+from verl_mas.local.export import export_policies
+from verl_mas.local.train import LocalRun, make_tasks, train
+from verl_mas.overrides import apply_overrides
+from verl_mas.verl_engine.cpu_run import CpuRun, run_on_cpu
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_verl_cpu import verl_overrides  # noqa: E402  (a sibling script)
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "benchmarks" / "results" / "verl_learning"
+RESULTS = ROOT / "docs" / "results" / "verl_learning"
+CHART = ROOT / "docs" / "results" / "verl_learning.png"
+ENGINES = ("local", "verl")
+LOCAL_TIMES = {
+    "generation": "time/generation_s",
+    "old_log_prob": None,  # recomputed inside the local update
+    "advantage": "time/advantage_s",
+    "update": "time/update_s",
+    "step": "time/step_s",
+}
+VERL_TIMES = {
+    "generation": "timing_s/gen",
+    "old_log_prob": "timing_s/old_log_prob",
+    "advantage": "timing_s/adv",
+    "update": "timing_s/update_actor",
+    "step": "timing_s/step",
+}
+
+
+def paired(after: np.ndarray, before: np.ndarray) -> dict[str, float]:
+    """Mean of the per-board differences `after - before` and its standard error (sd / sqrt(boards))."""
+    difference = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
+    se = float(difference.std(ddof=1) / math.sqrt(len(difference))) if len(difference) > 1 else math.nan
+    mean = float(difference.mean())
+    return {"mean": mean, "se": se, "z": mean / se if se > 0 else math.nan}
+
+
+def median_times(rows: list[dict], names: dict[str, str | None]) -> dict[str, float | None]:
+    """The median of each timing over the steps after the first (None for a phase the engine does not time)."""
+    later = rows[1:] or rows
+    return {
+        phase: statistics.median(row[key] for row in later if key in row) if key and later else None
+        for phase, key in names.items()
+    }
+
+
+class LoadSampler:
+    """Reads the 1-minute load average every `period` seconds on a thread until stopped."""
+
+    def __init__(self, period: float = 30.0) -> None:
+        self.period = period
+        self.readings: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            self.readings.append(os.getloadavg()[0])
+            if self._stop.wait(self.period):
+                return
+
+    def summary(self) -> dict[str, float]:
+        values = self.readings or [math.nan]
+        return {"min": min(values), "median": statistics.median(values), "max": max(values), "readings": len(values)}
+
+
+def local_config(args: argparse.Namespace, out: Path) -> LocalTrainConfig:
+    return apply_overrides(
+        LocalTrainConfig(),
+        {
+            "model": {"heads": 2},
+            "router": args.router,
+            "steps": args.steps,
+            "tasks_per_step": args.tasks_per_step,
+            "k": args.k,
+            "eval_tasks": args.eval_tasks,
+            "eval_every": args.steps,
+            "eval_samples": 0,
+            "checkpoint_every": args.eval_every,
+            "seed": args.seed,
+            "progress": False,
+            "output_dir": str(out),
+        },
+    )
+
+
+def samples_per_policy(config: LocalTrainConfig) -> int:
+    """The most samples one policy can get in a training step: K per task, turn and role it serves."""
+    workflow = make_env(config.env, **config.env_options).workflow()
+    roles_per_policy = len(workflow.roles) if config.router == "shared" else 1
+    return config.tasks_per_step * config.k * workflow.max_turns * roles_per_policy
+
+
+def with_keys(overrides: list[str], extra: dict[str, object]) -> list[str]:
+    """`overrides` with the keys in `extra` set to its values (replaced where present, appended where not)."""
+    kept = [o for o in overrides if o.split("=", 1)[0] not in extra]
+    return kept + [f"{key}={value}" for key, value in extra.items()]
+
+
+def verl_command(config: LocalTrainConfig, args: argparse.Namespace, model: Path, data: Path, out: Path) -> list[str]:
+    base = verl_overrides(config, model, data, out)
+    extra: dict[str, object] = {
+        "actor_rollout_ref.actor.ppo_mini_batch_size": samples_per_policy(config),
+        "data.shuffle": "false",  # the local engine's board order
+        "trainer.save_freq": args.eval_every,
+    }
+    if config.router == "per_role":
+        extra |= {"trainer.n_gpus_per_node": 2, "ray_kwargs.ray_init.num_gpus": 2}
+    return with_keys(base, extra)
+
+
+def local_checkpoints(folder: Path) -> dict[int, dict[str, dict]]:
+    """{step: {policy: state dict}} of a local run's checkpoints."""
+    found = {}
+    for step_dir in sorted(folder.glob("step_*")):
+        meta = json.loads((step_dir / "meta.json").read_text())
+        found[meta["step"]] = {p: torch.load(step_dir / f"model_{p}.pt", map_location="cpu") for p in meta["models"]}
+    return found
+
+
+def verl_checkpoints(folder: Path, policies: list[str]) -> dict[int, dict[str, dict]]:
+    """{step: {policy: state dict}} of a verl run's FSDP2 checkpoints (world size 1: each shard is the tensor)."""
+    roots = {p: folder if len(policies) == 1 else folder / p for p in policies}
+    steps = sorted(int(d.name.split("_")[-1]) for d in roots[policies[0]].glob("global_step_*"))
+    found = {}
+    for step in steps:
+        found[step] = {}
+        for policy, root in roots.items():
+            shard = root / f"global_step_{step}" / "actor" / "model_world_size_1_rank_0.pt"
+            state = torch.load(shard, map_location="cpu", weights_only=False)
+            found[step][policy] = {k: (t.to_local() if hasattr(t, "to_local") else t) for k, t in state.items()}
+    return found
+
+
+class Evaluator:
+    """Held-out success per board of any weights: greedy (K = 1) and `samples` episodes sampled at the training
+    temperature, with the same random numbers at every call."""
+
+    def __init__(self, config: LocalTrainConfig, samples: int) -> None:
+        self.run = LocalRun(config, log=lambda _: None)
+        self.tasks = make_tasks(config, "eval", 0, config.eval_tasks)
+        self.samples = samples
+
+    def __call__(self, weights: dict[str, dict]) -> dict[str, list[float]]:
+        for policy, state in weights.items():
+            self.run.models[policy].load_state_dict(state)
+        greedy = self.run.rollout(self.tasks, self.run.evaluator, 1, "tree")
+        self.run.sampled_evaluator.set_rng_state(self.run.sampled_evaluator_start)
+        sampled = self.run.rollout(self.tasks, self.run.sampled_evaluator, self.samples, "independent")
+        solved = np.array([r.success for r in sampled], dtype=float).reshape(len(self.tasks), self.samples)
+        return {"greedy": [float(r.success) for r in greedy], "sampled": solved.mean(axis=1).tolist()}
+
+
+def curve(boards: dict[int, dict[str, list[float]]]) -> dict[str, dict]:
+    """Per evaluation mode: each step's mean and its paired change from step 0 (mean, se, z)."""
+    steps = sorted(boards)
+    out = {}
+    for mode in ("greedy", "sampled"):
+        start = np.array(boards[0][mode])
+        out[mode] = {
+            "steps": steps,
+            "success": [float(np.mean(boards[s][mode])) for s in steps],
+            "change": [paired(np.array(boards[s][mode]), start) for s in steps],
+        }
+    return out
+
+
+def run_local(config: LocalTrainConfig, model: Path) -> dict:
+    started = time.monotonic()
+    with LoadSampler() as load:
+        summary = train(apply_overrides(config, {"model": {"path": str(model)}}), log=lambda _: None)
+    rows = [row for row in summary.history if "time/step_s" in row]
+    return {
+        "wall_s": time.monotonic() - started,
+        "load_average": load.summary(),
+        "times": median_times(rows, LOCAL_TIMES),
+        "greedy_before_after": [summary.eval_success_before, summary.eval_success_after],
+    }
+
+
+def run_verl(overrides: list[str], out: Path, timeout: float) -> dict:
+    """verl's run; one stopped by `timeout` counts as partial: its checkpoints so far are evaluated."""
+    started = time.monotonic()
+    with LoadSampler() as load:
+        try:
+            run = run_on_cpu(out, overrides, timeout)
+        except TimeoutError:
+            run = CpuRun(out, None, time.monotonic() - started)
+    if run.returncode not in (0, None):
+        raise SystemExit(f"the verl run failed ({run.returncode}); see {run.folder / 'log.txt'}")
+    logged = run.metrics()
+    steps = [row["data"] for row in logged if "timing_s/step" in row["data"]]
+    validation = {
+        row["step"]: value
+        for row in logged
+        for key, value in row["data"].items()
+        if key.startswith("val-core/") and "/acc/" in key
+    }
+    rows_per_update = sorted({len(record["rows"]) for record in run.audit()})
+    probs_gap = [row["training/rollout_probs_diff_max"] for row in steps if "training/rollout_probs_diff_max" in row]
+    return {
+        "wall_s": run.wall_s,
+        "stopped_by_timeout": run.returncode is None,
+        "steps_done": max((row["step"] for row in logged if "timing_s/step" in row["data"]), default=0),
+        "load_average": load.summary(),
+        "times": median_times(steps, VERL_TIMES),
+        "own_greedy_validation": validation,
+        "rows_per_update": rows_per_update,
+        "rollout_probs_diff_max": [min(probs_gap), max(probs_gap)] if probs_gap else None,
+    }
+
+
+def cached(path: Path, compute: Callable[[], dict], reuse: bool) -> dict:
+    """`compute()`, saved to `path`; with `reuse`, what `path` holds already (a run trained earlier)."""
+    if reuse and path.exists():
+        return json.loads(path.read_text())
+    value = compute()
+    path.write_text(json.dumps(value, indent=1))
+    return value
+
+
+def train_and_evaluate(args: argparse.Namespace) -> Path:
+    torch.set_num_threads(args.threads)
+    work = WORK / args.router
+    config = local_config(args, work / "local")
+    model = WORK / "model"
+    if not model.exists():
+        export_policies(apply_overrides(local_config(args, WORK / "warm_start"), {"router": "shared"}), model)
+    write_dataset(
+        config.env,
+        work / "data",
+        n_train=config.steps * config.tasks_per_step,
+        n_eval=config.eval_tasks,
+        seed=config.seed,
+        options=config.env_options,
+    )
+    overrides = verl_command(config, args, model, work / "data", work / "verl")
+    runs = {"local": lambda: run_local(config, model), "verl": lambda: run_verl(overrides, work / "verl", args.timeout)}
+    engines = {engine: cached(work / f"{engine}.json", runs[engine], args.reuse) for engine in ENGINES}
+    evaluate = Evaluator(apply_overrides(config, {"model": {"path": str(model)}}), args.eval_samples)
+    policies = list(evaluate.run.models)
+    checkpoints = {
+        "local": local_checkpoints(work / "local" / "checkpoints"),
+        "verl": verl_checkpoints(work / "verl" / "checkpoints", policies),
+    }
+    start = {p: {k: v.clone() for k, v in m.state_dict().items()} for p, m in evaluate.run.models.items()}
+    warm = evaluate(start)
+    boards = {engine: {0: warm} for engine in ENGINES}
+    for engine, found in checkpoints.items():
+        for step, weights in found.items():
+            boards[engine][step] = evaluate(weights)
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "command": "python benchmarks/bench_verl_learning.py " + " ".join(f"--{k.replace('_', '-')} {v}"
+            for k, v in vars(args).items() if k not in ("plot", "reuse")),
+        "router": args.router,
+        "seed": args.seed,
+        "boards": args.eval_tasks,
+        "sampled_episodes_per_board": args.eval_samples,
+        "local_torch_threads": args.threads,
+        "verl_ppo_mini_batch_size": samples_per_policy(config),
+        "verl_overrides": overrides,
+        "engines": {engine: engines[engine] | {"curve": curve(boards[engine])} for engine in ENGINES},
+        "verl_minus_local": {
+            mode: {
+                step: paired(np.array(boards["verl"][step][mode]), np.array(boards["local"][step][mode]))
+                for step in sorted(set(boards["verl"]) & set(boards["local"]))
+            }
+            for mode in ("greedy", "sampled")
+        },
+        "boards_per_step": boards,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{args.router}.json"
+    path.write_text(json.dumps(result, indent=1))
+    return path
+
+
+def print_report(path: Path) -> None:
+    result = json.loads(path.read_text())
+    print(f"router {result['router']}: held-out success on {result['boards']} boards, seed {result['seed']}")
+    for mode in ("sampled", "greedy"):
+        for engine in ENGINES:
+            c = result["engines"][engine]["curve"][mode]
+            readings = "  ".join(f"{s}:{v:.3f}" for s, v in zip(c["steps"], c["success"], strict=True))
+            last = c["change"][-1]
+            change = f"change {last['mean']:+.3f} ± {last['se']:.3f} ({last['z']:+.1f} SE)"
+            print(f"  {mode:7} {engine:5} {readings}   {change}")
+        gaps = result["verl_minus_local"][mode]
+        print(f"  {mode:7} verl - local: " + "  ".join(f"{s}:{d['mean']:+.3f}±{d['se']:.3f}" for s, d in gaps.items()))
+    for engine in ENGINES:
+        times = result["engines"][engine]["times"]
+        shown = ", ".join(f"{k} {'-' if v is None else f'{v:.2f}'}" for k, v in times.items())
+        load = result["engines"][engine]["load_average"]
+        print(f"  {engine} median step times (s): {shown}; wall {result['engines'][engine]['wall_s']:.0f} s, "
+              f"load average {load['min']:.1f}-{load['max']:.1f} (median {load['median']:.1f})")
+
+
+def plot(paths: list[Path]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(paths), figsize=(5.5 * len(paths), 4), squeeze=False)
+    for axis, path in zip(axes[0], paths, strict=True):
+        result = json.loads(path.read_text())
+        for engine, color in zip(ENGINES, ("tab:blue", "tab:orange"), strict=True):
+            for mode, style in (("sampled", "-"), ("greedy", "--")):
+                c = result["engines"][engine]["curve"][mode]
+                start = c["success"][0]
+                errors = [d["se"] if s else 0.0 for s, d in zip(c["steps"], c["change"], strict=True)]
+                axis.errorbar(c["steps"], c["success"], yerr=errors, color=color, linestyle=style, marker="o",
+                              markersize=3, capsize=2, label=f"{engine}, {mode}")
+                axis.axhline(start, color="grey", linewidth=0.5)
+        axis.set_title(f"router={result['router']} ({result['boards']} boards, seed {result['seed']})")
+        axis.set_xlabel("AT-GRPO step")
+        axis.set_ylabel("held-out success")
+        axis.legend(fontsize=7)
+    figure.suptitle("verl on CPU vs local engine (error bars: paired SE of the change from step 0)", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(CHART, dpi=110)
+    print(f"chart written to {CHART}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--router", choices=("shared", "per_role"), default="shared")
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument("--tasks-per-step", type=int, default=16)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--eval-tasks", type=int, default=256)
+    parser.add_argument("--eval-samples", type=int, default=2, help="sampled episodes per held-out board")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the local engine and evaluator")
+    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds; verl's run stops there (partial)")
+    parser.add_argument("--reuse", action="store_true", help="take finished engine runs from the work folder")
+    parser.add_argument("--plot", action="store_true", help="only report and chart the saved results")
+    args = parser.parse_args()
+    if args.plot:
+        paths = [path for path in (RESULTS / "shared.json", RESULTS / "per_role.json") if path.exists()]
+        for path in paths:
+            print_report(path)
+        plot(paths)
+        return
+    print_report(train_and_evaluate(args))
+
+
+if __name__ == "__main__":
+    main()

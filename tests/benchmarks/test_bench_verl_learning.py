@@ -1,0 +1,52 @@
+"""benchmarks/bench_verl_learning.py: its paired statistics, verl's mini-batch size and its override list."""
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from verl_mas.local.config import LocalTrainConfig
+from verl_mas.overrides import apply_overrides
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_verl_learning.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_verl_learning", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def test_paired_change_is_the_mean_difference_with_its_standard_error(bench):
+    before = np.array([0.0, 0.5, 1.0, 0.0])
+    after = np.array([1.0, 0.5, 1.0, 0.5])
+    change = bench.paired(after, before)
+    difference = after - before
+    assert change["mean"] == pytest.approx(0.375)
+    assert change["se"] == pytest.approx(difference.std(ddof=1) / 2)
+    assert change["z"] == pytest.approx(change["mean"] / change["se"])
+    assert math.isnan(bench.paired(before, before)["z"])  # no spread: no z
+
+
+def test_one_mini_batch_holds_every_sample_a_policy_can_get(bench):
+    shared = apply_overrides(LocalTrainConfig(), {"tasks_per_step": 16, "k": 4})
+    assert bench.samples_per_policy(shared) == 16 * 4 * 3 * 2  # compact Plan-Path: 3 turns, tool and plan
+    per_role = apply_overrides(shared, {"router": "per_role"})
+    assert bench.samples_per_policy(per_role) == 16 * 4 * 3
+
+
+def test_keys_are_replaced_in_place_or_appended(bench):
+    base = ["a.b=1", "c=2", "d=x=y"]
+    assert bench.with_keys(base, {"c": 3, "e": "z"}) == ["a.b=1", "d=x=y", "c=3", "e=z"]
+
+
+def test_median_times_skip_the_first_step_and_untimed_phases(bench):
+    rows = [{"t": 100.0}, {"t": 1.0}, {"t": 3.0}, {"t": 2.0}]
+    assert bench.median_times(rows, {"step": "t", "old_log_prob": None}) == {"step": 2.0, "old_log_prob": None}
