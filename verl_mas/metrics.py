@@ -9,15 +9,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from verl_mas.rollout import EpisodeResult
-from verl_mas.sample import Sample
+from verl_mas.sample import Sample, trainable
 
 
 def rollout_metrics(results: Sequence[EpisodeResult], prefix: str = "rollout") -> dict[str, float]:
     """Flat metric dict. Overall, per role and per (role, turn): reward, team and local means, response length,
-    invalid-move share, mean within-group reward std, and the share of zero-variance groups (no gradient)."""
+    invalid-move share, mean within-group reward std, and the share of zero-variance groups (no gradient); the
+    sample statistics are over the samples that train (one the judge could not run has no real score)."""
     if not results:
         return {}
-    samples = [s for r in results for s in r.samples]
+    samples = trainable([s for r in results for s in r.samples])
     metrics: dict[str, float] = {
         f"{prefix}/success": float(np.mean([r.success for r in results])),
         f"{prefix}/turns": float(np.mean([r.turns for r in results])),
@@ -71,7 +72,7 @@ def role_turn_stats(results: Sequence[EpisodeResult]) -> dict[tuple[str, int], d
     """Per (role, turn), in sorted order: the statistics of its samples and of its (task, role, turn) groups."""
     by_role_turn: dict[tuple[str, int], dict[str, list[Sample]]] = defaultdict(lambda: defaultdict(list))
     for result in results:
-        for s in result.samples:
+        for s in trainable(result.samples):
             by_role_turn[(s.role, s.turn)][s.task_uid].append(s)
     return {key: _group_stats(list(groups.values())) for key, groups in sorted(by_role_turn.items())}
 

@@ -111,6 +111,26 @@ def test_rollout_metrics_hand_computed():
     assert metrics["rollout/zero_variance_share"] == 0.0
 
 
+def test_rollout_metrics_leave_out_samples_the_judge_could_not_run():
+    gen = ScriptedGenerator(spread_script)
+    router = PolicyRouter.from_spec("shared", ("a", "b"))
+
+    def factory(task):
+        from mas_testkit import CounterEnv
+
+        env = CounterEnv(max_turns=1)
+        env.reset(task)
+        env.target = 9
+        return env
+
+    (result,) = asyncio.run(rollout_tasks([Task("t0", "counter", 0)], gen, router, RolloutConfig(k=5), factory))
+    # an unjudged sixth candidate of a's turn 0, with a score that would move every statistic it entered
+    failed = dataclasses.replace(result.samples[0], branch=5, reward=-50.0, valid=False, infra_failure="fork failed")
+    assert failed.role == "a" and failed.turn == 0
+    with_failed = dataclasses.replace(result, samples=[*result.samples, failed])
+    assert rollout_metrics([with_failed]) == rollout_metrics([result])
+
+
 def test_rollout_metrics_per_role_and_overall_hand_computed():
     gen = ScriptedGenerator(spread_script)  # candidates -1, 0, 1, 2, 3 for every role
     router = PolicyRouter.from_spec("shared", ("a", "b"))

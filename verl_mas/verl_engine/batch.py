@@ -131,11 +131,12 @@ def at_grpo_advantages(
 
 
 def sample_metrics(tags: SampleTags, grouping: str) -> dict[str, float]:
-    """Per-role reward, invalid-move share and zero-variance group share, plus environment failures."""
-    real = ~tags.padding
-    if not real.any():
+    """Per-role reward, invalid-move share and zero-variance group share over the rows that train (a row the judge
+    could not run has no real score), plus environment failures."""
+    if not (~tags.padding).any():
         return {}
-    metrics = {"mas/env_failed_tasks": float(len(set(tags.task_uid[real & tags.env_error])))}
+    metrics = {"mas/env_failed_tasks": float(len(set(tags.task_uid[~tags.padding & tags.env_error])))}
+    real = tags.trained
     for role in sorted(set(tags.role[real])):
         rows = real & (tags.role == role)
         rewards = tags.mixed_reward[rows]

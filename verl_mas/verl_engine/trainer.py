@@ -549,6 +549,9 @@ class AtGrpoTrainer(PPOTrainerSync):
             out["response_mask"] = proto.batch["response_mask"]
             if "rollout_is_weights" in proto.batch:
                 out["rollout_is_weights"] = proto.batch["rollout_is_weights"]
+        if tags.infra_failure.any():  # as verl's padding rows: no token in the loss, its token count, entropy or KL
+            out["response_mask"] = proto.batch["response_mask"].clone()
+            out["response_mask"][torch.from_numpy(tags.infra_failure)] = 0
         nested = TensorDict({k: response_to_nested(v, nested_mask) for k, v in out.items()}, batch_size=len(batch))
         metrics.update(sample_metrics(tags, self.mas.grouping))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=nested)

@@ -103,8 +103,13 @@ def test_rows_from_another_agent_loop_are_rejected():
         )
 
 
-def test_metrics_per_role():
+@pytest.mark.parametrize("judge_failed", [False, True], ids=["all_judged", "one_not_judged"])
+def test_metrics_per_role(judge_failed):
     extra, padding, _, _ = hand_batch()
+    if judge_failed:  # a fourth, unjudged candidate in the zero-variance group (T1, a, 1) and its score of -50
+        failed = {"task_uid": "T1", "role": "a", "turn": 1, "branch": 3, "mixed_reward": -50.0, "policy": "a"}
+        failed.update(env_error=False, valid=False, infra_failure=True)
+        extra, padding = [*extra, failed], [*padding, False]
     metrics = sample_metrics(SampleTags.from_rows(extra, padding), "task_role_turn")
     assert metrics["mas/a/zero_variance_group_share"] == 0.25  # (T1, a, 1) of role a's four groups
     assert metrics["mas/b/zero_variance_group_share"] == 0.0
@@ -132,8 +137,14 @@ def put_rows(store, rows: dict[str, dict], partition: str) -> KVBatchMeta:
     )
 
 
-def test_trainer_advantage_step_writes_restored_rewards_and_advantages(transfer_queue):
+@pytest.mark.parametrize("judge_failed", [False, True], ids=["all_judged", "one_not_judged"])
+def test_trainer_advantage_step_writes_restored_rewards_and_advantages(transfer_queue, judge_failed):
     extra, padding, lengths, expected = hand_batch()
+    if judge_failed:  # a fourth candidate in (T1, b, 0), which the judge could not run: the group stays the three
+        failed = next(i for i, f in enumerate(extra) if (f["task_uid"], f["role"], f["turn"]) == ("T1", "b", 0))
+        extra.insert(0, dict(extra[failed], branch=3, mixed_reward=-7.0, infra_failure=True))
+        padding, lengths = [False, *padding], torch.cat([torch.tensor([3]), lengths])
+        expected = torch.cat([torch.zeros(1), expected])
     last_reward = extra[-2]["mixed_reward"]
     rows = {
         f"uid{i}_0_{i}": {
@@ -155,9 +166,13 @@ def test_trainer_advantage_step_writes_restored_rewards_and_advantages(transfer_
     )
     metrics = {}
     returned = trainer._compute_advantage(batch, metrics)
-    stored = transfer_queue.kv_batch_get(
-        keys=batch.keys, partition_id=batch.partition_id, select_fields=["rm_scores", "advantages", "returns"]
-    )
+    fields = ["rm_scores", "advantages", "returns"] + (["response_mask"] if judge_failed else [])
+    stored = transfer_queue.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+    if judge_failed:  # out of the loss and its token count, as a padding row; every other row keeps its mask
+        masks = [m.tolist() for m in stored["response_mask"].unbind()]
+        assert masks[0] == [0, 0, 0]
+        assert masks[1:] == [[1] * int(n) for n in lengths[1:]]
+        assert metrics["mas/infra_failures"] == 1.0
     assert [float(r.sum()) for r in stored["rm_scores"].unbind()] == pytest.approx(
         [f["mixed_reward"] for f in extra[:-1]] + [0.0]
     )
