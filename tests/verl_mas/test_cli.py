@@ -91,20 +91,22 @@ def test_expert_mix_policy_needs_the_expert_and_mixes_it():
         asyncio.run(ExpertMixPolicy()(dataclasses.replace(request, expert=None)))
 
 
-def test_rollout_metrics_hand_computed():
-    gen = ScriptedGenerator(spread_script)
-    router = PolicyRouter.from_spec("shared", ("a", "b"))
+def counter_rollout(target: int, **options) -> list:
+    """One counter task rolled out with K = 5 scripted candidates -1, 0, 1, 2, 3 for every role (roles a and b)."""
+    from mas_testkit import CounterEnv
 
     def factory(task):
-        from mas_testkit import CounterEnv
-
-        env = CounterEnv()
+        env = CounterEnv(**options)
         env.reset(task)
-        env.target = 5
+        env.target = target
         return env
 
-    results = asyncio.run(rollout_tasks([Task("t0", "counter", 0)], gen, router, RolloutConfig(k=5), factory))
-    metrics = rollout_metrics(results)
+    gen, router = ScriptedGenerator(spread_script), PolicyRouter.from_spec("shared", ("a", "b"))
+    return asyncio.run(rollout_tasks([Task("t0", "counter", 0)], gen, router, RolloutConfig(k=5), factory))
+
+
+def test_rollout_metrics_hand_computed():
+    metrics = rollout_metrics(counter_rollout(5))
     assert metrics["rollout/success"] == 1.0 and metrics["rollout/samples"] == 10
     assert metrics["rollout/a/turn0/team_reward"] == pytest.approx((-0.2 + 0 + 0.2 + 0.4 + 0.6) / 5)
     assert metrics["rollout/a/turn0/response_length"] == pytest.approx((2 + 1 + 1 + 1 + 1) / 5)
@@ -112,18 +114,7 @@ def test_rollout_metrics_hand_computed():
 
 
 def test_rollout_metrics_leave_out_samples_the_judge_could_not_run():
-    gen = ScriptedGenerator(spread_script)
-    router = PolicyRouter.from_spec("shared", ("a", "b"))
-
-    def factory(task):
-        from mas_testkit import CounterEnv
-
-        env = CounterEnv(max_turns=1)
-        env.reset(task)
-        env.target = 9
-        return env
-
-    (result,) = asyncio.run(rollout_tasks([Task("t0", "counter", 0)], gen, router, RolloutConfig(k=5), factory))
+    (result,) = counter_rollout(9, max_turns=1)
     # an unjudged sixth candidate of a's turn 0, with a score that would move every statistic it entered
     failed = dataclasses.replace(result.samples[0], branch=5, reward=-50.0, valid=False, infra_failure="fork failed")
     assert failed.role == "a" and failed.turn == 0
@@ -132,19 +123,7 @@ def test_rollout_metrics_leave_out_samples_the_judge_could_not_run():
 
 
 def test_rollout_metrics_per_role_and_overall_hand_computed():
-    gen = ScriptedGenerator(spread_script)  # candidates -1, 0, 1, 2, 3 for every role
-    router = PolicyRouter.from_spec("shared", ("a", "b"))
-
-    def factory(task):
-        from mas_testkit import CounterEnv
-
-        env = CounterEnv(max_turns=1)
-        env.reset(task)
-        env.target = 9
-        return env
-
-    results = asyncio.run(rollout_tasks([Task("t0", "counter", 0)], gen, router, RolloutConfig(k=5), factory))
-    metrics = rollout_metrics(results)
+    metrics = rollout_metrics(counter_rollout(9, max_turns=1))
     # a moves from 0 (best: 3, value 3); b from 3. Team reward 1 - |9 - v| / 9, local = progress / 3.
     a_rewards = [(1 - (9 - d) / 9) + d / 3 for d in (-1, 0, 1, 2, 3)]
     b_rewards = [(1 - (6 - d) / 9) + d / 3 for d in (-1, 0, 1, 2, 3)]
