@@ -82,6 +82,8 @@ class Method:
     team: bool  # two agents; false: env_options.single_agent=true
     overrides: Mapping[str, Any]
     trains: bool = True  # false: no RL steps, only the evaluation of the warm-started model
+    # env options of the RL run only (rewards): the warm start, which never reads a reward, stays the arms' shared one
+    env_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 METHODS: dict[str, Method] = {
@@ -117,6 +119,22 @@ METHODS: dict[str, Method] = {
         "shared model",
         True,
         {"router": "shared", "rollout_mode": "independent", "grouping": "task_role_turn"},
+    ),
+    # the code tester's reward rules (docs/code.md; experiments/code_tester.py): at_grpo_shared with one or the other
+    "at_grpo_credit_share": Method(
+        "two agents, AT-GRPO tree, groups per (task, role, turn), one shared model; the code tester earns the share "
+        "of its cases that a correct program passes and some known-wrong program fails (tester_reward=credit_share)",
+        True,
+        {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn"},
+        env_options={"tester_reward": "credit_share"},
+    ),
+    "at_grpo_catch_share": Method(
+        "two agents, AT-GRPO tree, groups per (task, role, turn), one shared model; the code tester earns the share "
+        "of known-wrong programs its valid cases catch, minus 1 per case a correct program fails "
+        "(tester_reward=catch_share)",
+        True,
+        {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn"},
+        env_options={"tester_reward": "catch_share"},
     ),
 }
 # The paper's table: what runs without --methods.
@@ -231,7 +249,7 @@ def method_config(config: LocalTrainConfig, name: str, warm_path: str, folder: P
     method = METHODS[name]
     overrides = {
         **method.overrides,
-        "env_options": {"single_agent": not method.team},
+        "env_options": {**method.env_options, "single_agent": not method.team},
         "model": {"path": warm_path},
         "output_dir": str(folder),
     }

@@ -1,0 +1,273 @@
+"""The code tester's reward rules in training: catch_share against credit_share (docs/code.md), and the single agent.
+
+On `learning.py`'s harness (one warm start per seed, shared by the team arms; the single agent's own), three arms:
+`at_grpo_credit_share` (the earlier rule), `at_grpo_catch_share` (the default) and `single_grpo`. Besides held-out
+success, it records what the tester's replies are worth at every training step and evaluation, from each tester
+move's `info` (`TesterRecorder`), into the runs' `metrics.jsonl`:
+
+- `<prefix>/tester/catch_share`: the share of the known-wrong programs that a reply's valid cases catch (an
+  unreadable reply 0; tasks without a known-wrong program left out);
+- `<prefix>/tester/credited_share`: the share of a reply's cases that earn credit (credit_share's reward without
+  the -0.5 of an unreadable reply);
+- `<prefix>/tester/wrong_case_share`: the share of replies with a case the correct program fails;
+
+with prefix `rollout` (the training step's samples), `eval` (greedy) and `eval_sampled`. Both rules' figures are
+recorded in every arm, whichever rule it trains on. It writes learning.py's table (`OUT.md`) and `OUT/tester.md`:
+paired differences between every two arms (success, and the tester's shares) and the shares over training.
+
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python experiments/code_tester.py --seeds 0 1 2 3 progress=false
+    .venv/bin/python experiments/code_tester.py --seeds 0 1 2 3 --collect   # the tables from what is saved
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import shlex
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import learning  # noqa: E402  (the harness this experiment runs on, in the same folder)
+from verl_mas import rollout as verl_mas_rollout  # noqa: E402
+from verl_mas.env import INFRA_FAILURE  # noqa: E402
+from verl_mas.local import train as local_train  # noqa: E402
+
+ENV = "code"
+DEFAULT_OUT = learning.REPO / "runs" / "code_tester"
+ARMS = ("at_grpo_credit_share", "at_grpo_catch_share", "single_grpo")
+# learning.py's code settings (one operation on two integers, brief prompts, two turns), with the examples shown in
+# the brief prompts so that the tester's expert cases follow from what it sees; key=value arguments override them.
+DEFAULT_OVERRIDES = [
+    "env_options.brief_examples=true",
+    "warm_start.tasks=384",
+    "warm_start.epochs=10",
+    "tasks_per_step=8",
+    "k=4",
+    "eval_tasks=64",
+    "eval_samples=2",
+]
+DEFAULT_STEPS = 15
+SHARES = ("catch_share", "credited_share", "wrong_case_share")
+PREFIXES = ("rollout", "eval", "eval_sampled")
+
+
+def tester_shares(moves: Sequence[tuple[bool, dict[str, Any]]]) -> dict[str, float]:
+    """The `SHARES` of a rollout's tester moves, each (valid, info); moves the judge could not run left out."""
+    judged = [(valid, info) for valid, info in moves if INFRA_FAILURE not in info]
+    if not judged:
+        return {}
+    catches = [
+        info["caught"] / info["known_wrong"] if valid else 0.0
+        for valid, info in judged
+        if info.get("known_wrong", 1)  # an unreadable reply has no info: it caught nothing
+    ]
+    credited = [info["credited"] / (info["cases"] + info["degenerate"]) if valid else 0.0 for valid, info in judged]
+    wrong = [valid and info["failed_by_correct"] > 0 for valid, info in judged]
+    shares = {"credited_share": statistics.fmean(credited), "wrong_case_share": statistics.fmean(wrong)}
+    return shares | ({"catch_share": statistics.fmean(catches)} if catches else {})
+
+
+class TesterRecorder:
+    """Adds the tester's `SHARES` to the local engine's rollout metrics: every sample's step result is kept as the
+    rollout makes it (replays of a chosen move make no sample), from the start of a `LocalRun.rollout` (the warm
+    start's expert rollouts make samples too) to the rollout metrics made of it."""
+
+    def __init__(self) -> None:
+        self.moves: list[tuple[bool, dict[str, Any]]] = []
+        self.make_sample = verl_mas_rollout._make_sample
+        self.rollout_metrics = local_train.rollout_metrics
+        self.rollout = local_train.LocalRun.rollout
+
+    def install(self) -> None:
+        verl_mas_rollout._make_sample = self.recording_make_sample
+        local_train.rollout_metrics = self.metrics_with_shares
+        recorder = self
+
+        def rollout(run, *args, **kwargs):
+            recorder.moves = []
+            return recorder.rollout(run, *args, **kwargs)
+
+        local_train.LocalRun.rollout = rollout
+
+    def recording_make_sample(self, task, req, turn, branch, gen, step, reward, cont):
+        if req.role == "tester":
+            self.moves.append((step.valid, dict(step.info)))
+        return self.make_sample(task, req, turn, branch, gen, step, reward, cont)
+
+    def metrics_with_shares(self, results, prefix: str = "rollout") -> dict[str, float]:
+        shares = tester_shares(self.moves)
+        self.moves = []
+        return self.rollout_metrics(results, prefix) | {f"{prefix}/tester/{k}": v for k, v in shares.items()}
+
+
+def history(out: Path, arm: str, seed: int) -> list[dict[str, Any]]:
+    path = out / ENV / f"seed{seed}" / arm / learning.METRICS_FILE
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def last_eval(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    evals = [row for row in rows if "eval/success" in row]
+    return evals[-1] if len(evals) > 1 else None
+
+
+def training_window(rows: list[dict[str, Any]], key: str, first: bool, width: int) -> float | None:
+    """The mean of `key` over the first (or last) `width` training steps that have it."""
+    values = [row[key] for row in rows if row.get("step", 0) > 0 and key in row]
+    part = values[:width] if first else values[-width:]
+    return statistics.fmean(part) if part else None
+
+
+PAIRED = ("eval/success", "eval_sampled/success", *(f"eval_sampled/tester/{s}" for s in SHARES))
+
+
+def paired_rows(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """For every two arms and metric of `PAIRED`: the last evaluation's value of one minus the other's, same seed."""
+    last = {(arm, seed): last_eval(history(out, arm, seed)) for arm in arms for seed in seeds}
+    rows = []
+    for a, b in itertools.combinations(arms, 2):
+        for metric in PAIRED:
+            both = [s for s in seeds if last[a, s] and last[b, s] and metric in last[a, s] and metric in last[b, s]]
+            differences = [last[b, s][metric] - last[a, s][metric] for s in both]
+            row = {"pair": f"{b} - {a}", "metric": metric, "seeds": both, **learning.difference_summary(differences)}
+            rows.append(row)
+    return rows
+
+
+def share_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], width: int) -> list[dict[str, Any]]:
+    """Per arm and share: its mean over seeds in the first and last `width` training steps, and at the held-out
+    evaluations (sampled) before RL and after, with the standard error over seeds of the change."""
+    rows = []
+    for arm in arms:
+        runs = [history(out, arm, seed) for seed in seeds]
+        runs = [rows_ for rows_ in runs if last_eval(rows_)]
+        for share in SHARES:
+            key = f"rollout/tester/{share}"
+            early = [v for r in runs if (v := training_window(r, key, True, width)) is not None]
+            late = [v for r in runs if (v := training_window(r, key, False, width)) is not None]
+            evals = [[row for row in r if "eval/success" in row] for r in runs]
+            sampled = f"eval_sampled/tester/{share}"
+            pairs = [(e[0][sampled], e[-1][sampled]) for e in evals if sampled in e[0] and sampled in e[-1]]
+            change = learning.difference_summary([after - before for before, after in pairs])
+            if not (early or pairs):
+                continue
+            rows.append(
+                {
+                    "arm": arm,
+                    "share": share,
+                    "seeds": len(runs),
+                    "train_first": statistics.fmean(early) if early else None,
+                    "train_last": statistics.fmean(late) if late else None,
+                    "eval_before": statistics.fmean(b for b, _ in pairs) if pairs else None,
+                    "eval_after": statistics.fmean(a for _, a in pairs) if pairs else None,
+                    "eval_change": change,
+                }
+            )
+    return rows
+
+
+def number(value: float | None, signed: bool = False) -> str:
+    return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
+
+
+def interval(summary: dict[str, Any]) -> str:
+    se = f" ({summary['se']:.3f})" if summary["se"] is not None else ""
+    ci = summary["ci95"]
+    return number(summary["mean"], True) + se + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+
+
+def report_lines(paired: list[dict[str, Any]], shares: list[dict[str, Any]], width: int) -> list[str]:
+    lines = ["# Code tester: paired differences and the tester's shares", ""]
+    table = [["arm - other arm", "metric", "seeds", "mean (SE) [95% interval]", "per seed"]]
+    for row in paired:
+        if row["seeds"]:
+            per_seed = " ".join(f"{d:+.3f}" for d in row["per_seed"])
+            table.append([row["pair"], row["metric"], str(len(row["seeds"])), interval(row), per_seed])
+    lines += ["## Paired differences at the last evaluation (same seed)", "", learning.markdown_table(table), ""]
+    table = [["arm", "share", "seeds", f"training, first {width} steps", f"training, last {width} steps"]]
+    table[0] += ["held-out sampled, before RL", "after", "change: mean (SE) [95% interval]"]
+    for row in shares:
+        table.append(
+            [
+                row["arm"],
+                row["share"],
+                str(row["seeds"]),
+                number(row["train_first"]),
+                number(row["train_last"]),
+                number(row["eval_before"]),
+                number(row["eval_after"]),
+                interval(row["eval_change"]) if row["eval_change"]["n"] else "-",
+            ]
+        )
+    lines += ["## The tester's shares (mean over seeds)", "", learning.markdown_table(table), ""]
+    return lines
+
+
+def plot_shares(out: Path, arms: Sequence[str], seeds: Sequence[int], path: Path) -> None:
+    """The tester's catch share at each training step, one line per team arm (mean over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm in arms:
+        by_step: dict[int, list[float]] = {}
+        for seed in seeds:
+            for row in history(out, arm, seed):
+                if row.get("step", 0) > 0 and "rollout/tester/catch_share" in row:
+                    by_step.setdefault(row["step"], []).append(row["rollout/tester/catch_share"])
+        if by_step:
+            steps = sorted(by_step)
+            ax.plot(steps, [statistics.fmean(by_step[s]) for s in steps], marker="o", label=arm)
+    ax.set_title("code: the tester's catch share per training step (mean over seeds)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("catch share")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3], help="default: 0-3")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="RL steps of every arm (default: %(default)s)")
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="default: all three")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: runs/code_tester)")
+    parser.add_argument("--window", type=int, default=5, help="training steps averaged at the start and the end")
+    parser.add_argument("--collect", action="store_true", help="train nothing: report what is saved under OUT")
+    parser.add_argument("overrides", nargs="*", help="key=value training overrides, after the defaults above")
+    argv = sys.argv[1:] if argv is None else argv
+    overrides = [item for item in argv if "=" in item and not item.startswith("-")]
+    args = parser.parse_args([item for item in argv if item not in overrides])
+    args.overrides, args.argv = overrides, argv
+    args.out = args.out.resolve()
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    TesterRecorder().install()
+    learning_argv = ["--envs", ENV, "--seeds", *map(str, args.seeds), "--steps", str(args.steps)]
+    learning_argv += ["--methods", *args.arms, "--baseline", args.arms[0], "--out", str(args.out)]
+    learning_argv += [*DEFAULT_OVERRIDES, *args.overrides] + (["--collect"] if args.collect else [])
+    command = ["python", str(Path(__file__).resolve().relative_to(learning.REPO)), *args.argv]
+    learning.main(learning_argv, command=command)
+    paired = paired_rows(args.out, args.arms, args.seeds)
+    shares = share_rows(args.out, args.arms, args.seeds, args.window)
+    report = {"command": shlex.join(command), "paired": paired, "shares": shares}
+    (args.out / "tester.json").write_text(json.dumps(report, indent=2))
+    text = "\n".join(report_lines(paired, shares, args.window)) + "\n"
+    (args.out / "tester.md").write_text(text)
+    plot_shares(args.out, [arm for arm in args.arms if arm != "single_grpo"], args.seeds, args.out / "tester_catch.png")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
