@@ -170,6 +170,39 @@ def share_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], width: int)
     return rows
 
 
+# the per-step curves: the recorded shares, and the engine's share of unreadable tester replies (all, first turn)
+CURVES = (*SHARES, "invalid_move_share", "turn0/invalid_move_share")
+
+
+def curves(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[str, list[list[float]]]]:
+    """Per arm and `CURVES` name: [step, mean over the seeds that have it] at every training step."""
+    found: dict[str, dict[str, list[list[float]]]] = {}
+    for arm in arms:
+        runs = [history(out, arm, seed) for seed in seeds]
+        for name in CURVES:
+            by_step: dict[int, list[float]] = {}
+            for rows in runs:
+                for row in rows:
+                    if row.get("step", 0) > 0 and f"rollout/tester/{name}" in row:
+                        by_step.setdefault(row["step"], []).append(row[f"rollout/tester/{name}"])
+            if by_step:
+                found.setdefault(arm, {})[name] = [[step, statistics.fmean(by_step[step])] for step in sorted(by_step)]
+    return found
+
+
+def curve_lines(found: dict[str, dict[str, list[list[float]]]]) -> list[str]:
+    """The curves as a table: one row per (arm, name), one column per step."""
+    steps = sorted({int(step) for arm in found.values() for points in arm.values() for step, _ in points})
+    if not steps:
+        return []
+    table = [["arm", "training rollout", *map(str, steps)]]
+    for arm, names in found.items():
+        for name, points in names.items():
+            at = {int(step): value for step, value in points}
+            table.append([arm, name, *(f"{at[step]:.2f}" if step in at else "-" for step in steps)])
+    return ["## The tester's replies at every training step (mean over seeds)", "", learning.markdown_table(table), ""]
+
+
 def number(value: float | None, signed: bool = False) -> str:
     return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
 
@@ -261,9 +294,10 @@ def main(argv: list[str] | None = None) -> None:
     learning.main(learning_argv, command=command)
     paired = paired_rows(args.out, args.arms, args.seeds)
     shares = share_rows(args.out, args.arms, args.seeds, args.window)
-    report = {"command": shlex.join(command), "paired": paired, "shares": shares}
+    found = curves(args.out, args.arms, args.seeds)
+    report = {"command": shlex.join(command), "paired": paired, "shares": shares, "curves": found}
     (args.out / "tester.json").write_text(json.dumps(report, indent=2))
-    text = "\n".join(report_lines(paired, shares, args.window)) + "\n"
+    text = "\n".join(report_lines(paired, shares, args.window) + curve_lines(found)) + "\n"
     (args.out / "tester.md").write_text(text)
     plot_shares(args.out, [arm for arm in args.arms if arm != "single_grpo"], args.seeds, args.out / "tester_catch.png")
     print(text)
