@@ -21,13 +21,13 @@ Rewards, per move (team = the latest program passes every hidden case):
 
 The tester's reward (`verl_mas_envs.code.tester_reward`): with `catch_share` (the default), the share of the
 known-wrong programs that its valid cases (those a correct program passes) catch, minus `tester_case_penalty` for
-every case the correct program fails, repeats of an input included, never below -1; with `credit_share`, the share of
-its cases that are well-formed, new (not a repeat of an earlier input of the reply), passed by a correct program and
-failed by some known-wrong program. The correct program is the task's reference, or else a program of the coder's
-from this episode that passed every hidden case; with neither, no case can be checked and the reward is 0. Known-wrong
-programs: the task's own (data files' incorrect solutions), up to `wrong_programs` mutants of the reference that fail
-a hidden case (`verl_mas_envs.code.mutants`), and the coder's earlier programs of the episode that failed one; with
-none, no case can show it catches anything (under `catch_share` the penalty still applies).
+every case the correct program fails, repeats of an input included, never below -0.25; with `credit_share`, the
+share of its cases that are well-formed, new (not a repeat of an earlier input of the reply), passed by a correct
+program and failed by some known-wrong program. The correct program is the task's reference, or else a program of
+the coder's from this episode that passed every hidden case; with neither, no case can be checked and the reward is
+0. Known-wrong programs: the task's own (data files' incorrect solutions), up to `wrong_programs` mutants of the
+reference that fail a hidden case (`verl_mas_envs.code.mutants`), and the coder's earlier programs of the episode
+that failed one; with none, no case can show it catches anything (under `catch_share` the penalty still applies).
 
 Tasks come from `verl_mas_envs.code.problems` (`source`, `source_options`, or `data_file` with `data_form`).
 """

@@ -4,8 +4,8 @@ programs did on them (the env judges them; this only scores the verdicts).
 Two rules (the `tester_reward` option):
 - `catch_share` (the default): the share of the known-wrong programs that the reply's valid cases (those a correct
   program passes) catch together, minus `tester_case_penalty` for every case the correct program fails (repeats of
-  an input included), never below -1. A repeated input earns nothing, so one input with several candidate outputs
-  never scores more than committing to one.
+  an input included), never below `REWARD_FLOOR`. A repeated input earns nothing, so one input with several
+  candidate outputs never scores more than committing to one.
 - `credit_share` (the earlier rule): the share of the reply's cases, degenerate ones included, that earn credit: a
   correct program passes the case and some known-wrong program fails it.
 """
@@ -15,9 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from verl_mas_envs.common import INVALID_OUTPUT_REWARD
+
 TesterReward = Literal["credit_share", "catch_share"]
 TESTER_REWARDS: tuple[TesterReward, ...] = ("credit_share", "catch_share")
-REWARD_FLOOR = -1.0  # what a reply of wrong cases bottoms out at (an unreadable reply is -0.5)
+# What a reply of wrong cases bottoms out at: below a valid case that catches nothing (0), above an unreadable reply
+# (-0.5), so that a tester that cannot yet get an expected output right is never taught to write nothing readable
+# (with a floor of -1, training did exactly that: docs/results/learning_code_tester.md).
+REWARD_FLOOR = INVALID_OUTPUT_REWARD / 2
 
 
 @dataclass(frozen=True)

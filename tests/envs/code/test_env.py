@@ -263,8 +263,8 @@ def test_a_tree_rollout_gives_both_roles_groups_that_spread_and_ends_when_the_pr
     by_role = {role: [s for s in episode.samples if s.role == role] for role in ("coder", "tester")}
     # mixed reward = team + local; team = the candidate's program (coder) or the state's (tester) passes hidden cases
     assert [s.reward for s in by_role["coder"]] == pytest.approx([2.0, 0.75, -0.5, 0.0])
-    # catch_share: all of the one wrong program caught; none caught; no case; a case the reference fails (-1)
-    assert [s.reward for s in by_role["tester"]] == pytest.approx([1.0, 0.0, -0.5, -1.0])
+    # catch_share: all of the one wrong program caught; none caught; no case; a case the reference fails (-1, floored)
+    assert [s.reward for s in by_role["tester"]] == pytest.approx([1.0, 0.0, -0.5, -0.25])
     assert [s.continued for s in by_role["tester"]] == [True, False, False, False]
     assert episode.turns == 1 and episode.success and episode.team_reward == 1.0
     rewards = torch.tensor([[s.reward] for s in episode.samples])

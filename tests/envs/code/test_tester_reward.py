@@ -56,23 +56,28 @@ def test_a_case_the_correct_program_fails_costs_the_penalty_each() -> None:
     assert both_rules(cases(("-2 5", "3"), ("2 2", "5"))) == pytest.approx((0.0, 0.5))
     assert reward(cases(("-2 5", "3"), ("2 2", "5")), tester_case_penalty=0.25) == pytest.approx(0.75)
     assert reward(cases(("2 2", "4"), ("2 2", "5"), ("3 3", "7")), tester_case_penalty=0.0) == pytest.approx(1 / 3)
-    # wrong cases only: -1 each, floored at -1 (an unreadable reply is -0.5); the earlier rule: 0
-    assert both_rules(cases(("2 2", "5"))) == pytest.approx((-1.0, 0.0))
-    assert both_rules(cases(("2 2", "5"), ("1 1", "3"))) == pytest.approx((-1.0, 0.0))
-    assert reward(cases(("2 2", "5"), ("1 1", "3")), tester_case_penalty=0.25) == pytest.approx(-0.5)
+    # wrong cases only: -1 each, floored at -0.25 (above an unreadable reply's -0.5); the earlier rule: 0
+    assert both_rules(cases(("2 2", "5"))) == pytest.approx((-0.25, 0.0))
+    assert both_rules(cases(("2 2", "5"), ("1 1", "3"))) == pytest.approx((-0.25, 0.0))
+    assert reward(cases(("2 2", "5"), ("1 1", "3")), tester_case_penalty=0.1) == pytest.approx(-0.2)
+    assert reward(cases(("-2 5", "3"), ("2 2", "5"), ("1 1", "3"))) == pytest.approx(-0.25)  # 1 - 2, floored
 
 
 def test_one_input_with_several_outputs_never_earns_more_than_committing_to_one() -> None:
-    # the first "2 3" is the case; the repeat with another output is a case the reference fails: 2/3 - 1
-    assert both_rules(cases(("2 3", "5"), ("2 3", "6"))) == pytest.approx((2 / 3 - 1, 0.5))
-    assert both_rules(cases(("2 3", "6"), ("2 3", "5"))) == pytest.approx((-1.0, 0.0))  # the wrong one came first
+    # the first "2 3" is the case; the repeat with another output is a case the reference fails: 2/3 - 1, floored
+    assert both_rules(cases(("2 3", "5"), ("2 3", "6"))) == pytest.approx((-0.25, 0.5))
+    assert reward(cases(("2 3", "5"), ("2 3", "6")), tester_case_penalty=0.5) == pytest.approx(2 / 3 - 0.5)
+    assert both_rules(cases(("2 3", "6"), ("2 3", "5"))) == pytest.approx((-0.25, 0.0))  # the wrong one came first
     assert both_rules(cases(("2 3", "5"), ("2  3", "5"))) == pytest.approx((2 / 3, 0.5))  # a plain repeat: no gain
     outputs = ("5", "6", "-1")
     committed = {output: reward(cases(("2 3", output))) for output in outputs}
-    assert committed == pytest.approx({"5": 2 / 3, "6": -1.0, "-1": -1.0})
-    for count in (2, 3):
-        for hedge in itertools.permutations(outputs, count):
-            assert reward(cases(*(("2 3", output) for output in hedge))) <= max(committed[o] for o in hedge)
+    assert committed == pytest.approx({"5": 2 / 3, "6": -0.25, "-1": -0.25})
+    for penalty in (1.0, 0.2):
+        committed = {output: reward(cases(("2 3", output)), tester_case_penalty=penalty) for output in outputs}
+        for count in (2, 3):
+            for hedge in itertools.permutations(outputs, count):
+                hedged = reward(cases(*(("2 3", output) for output in hedge)), tester_case_penalty=penalty)
+                assert hedged <= max(committed[o] for o in hedge)
 
 
 def test_degenerate_cases_earn_nothing_and_cost_nothing_under_catch_share() -> None:
@@ -96,7 +101,7 @@ def test_without_a_known_wrong_program_valid_cases_earn_nothing_and_wrong_ones_s
     env = CodeEnv(wrong_programs=0)
     env.load(alone)
     result = env.step("tester", cases(("-2 5", "3"), ("2 2", "5")))
-    assert result.local_reward == -1.0
+    assert result.local_reward == -0.25
     assert result.info == {
         "cases": 2, "degenerate": 0, "credited": 0, "caught": 0, "known_wrong": 0, "failed_by_correct": 1,
     }  # fmt: skip
@@ -136,7 +141,7 @@ def test_the_reward_of_verdicts_by_hand() -> None:
     verdicts = rules.Verdicts(2, (True, False, False), (frozenset({0, 2}), frozenset({1}), frozenset()), 4)
     assert (verdicts.credited, verdicts.caught_programs, verdicts.failed_by_correct) == (1, 2, 2)
     assert rules.tester_reward("catch_share", verdicts, degenerate=1, penalty=0.1) == pytest.approx(2 / 4 - 0.2)
-    assert rules.tester_reward("catch_share", verdicts, degenerate=1, penalty=1.0) == -1.0
+    assert rules.tester_reward("catch_share", verdicts, degenerate=1, penalty=1.0) == -0.25
     assert rules.tester_reward("credit_share", verdicts, degenerate=1, penalty=1.0) == pytest.approx(1 / 3)
 
 
