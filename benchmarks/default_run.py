@@ -249,6 +249,7 @@ def record(args: argparse.Namespace) -> None:
         **figures,
         "times": times,
         "summary_printed": [line for line in output.splitlines() if line.startswith("held-out success")],
+        "warm_start_printed": [line for line in output.splitlines() if line.startswith("warm start")],
         "config": config,
         "notes": (
             "Standard errors are binomial, sqrt(p(1-p)/n); the sampled ones treat the 2 episodes per board as "

@@ -1,0 +1,99 @@
+"""The README quotes the test suite as docs/results/test_suite.json records it (a doc or a record changed alone fails
+here), and benchmarks/default_run.py's check tells a run that matches its record from one that does not."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "docs" / "results"
+SCRIPT = REPO / "benchmarks" / "default_run.py"
+
+
+@pytest.fixture(scope="module")
+def default_run():
+    spec = importlib.util.spec_from_file_location("default_run_benchmark", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+@pytest.fixture(scope="module")
+def suite() -> dict:
+    return json.loads((RESULTS / "test_suite.json").read_text())
+
+
+def prose(path: str) -> str:
+    """A doc's text with its line breaks and runs of spaces as single spaces, so a quote may wrap anywhere."""
+    return " ".join((REPO / path).read_text().split())
+
+
+def minutes_line(command: str) -> str:
+    """The README's line for `make run` or `make test` in its list of the two commands."""
+    lines = [line for line in (REPO / "README.md").read_text().splitlines() if line.strip().startswith(command + " ")]
+    assert len(lines) == 1, f"the README should list `{command}` once among the two commands, found {lines}"
+    return lines[0]
+
+
+def test_readme_says_how_long_make_test_takes(default_run, suite):
+    assert f"about {round(suite['wall_s'] / 60)} minutes" in minutes_line("make test")
+    text = prose("README.md")
+    took = f"`make test` took {default_run.minutes(suite['wall_s'])}"
+    quotes = [took, f"{suite['tests_passed']} passed", suite["date"]]
+    missing = [quote for quote in quotes if quote not in text]
+    assert not missing, f"README.md does not say {missing} as docs/results/test_suite.json has it"
+
+
+def test_test_suite_record_says_what_it_measured(suite):
+    for key in ("date", "command", "machine", "tests_passed", "tests_skipped", "wall_s", "install_s", "notes"):
+        assert key in suite, f"test_suite.json has no {key!r} (null where it was not measured)"
+    assert suite["install_s"] is not None or suite["install_included"], "say whether wall_s includes the install"
+
+
+def synthetic_run(folder: Path, greedy_after: float) -> dict:
+    """A two-step run's config.json and metrics.jsonl; returns its config."""
+    config = {"eval_tasks": 4, "eval_samples": 2, "steps": 2, "eval_every": 1}
+    rollout = {"rollout/success": 0.5, "rollout/reward": 0.1, "rollout/invalid_move_share": 0.2}
+    step = rollout | {"rollout/zero_variance_share": 0.5} | {"time/step_s": 1.0, "time/eval_s": 2.0}
+    rows = [
+        {"step": 0, "eval/success": 0.25, "eval_sampled/success": 0.5},
+        {"step": 1, "eval/success": 0.5, "eval_sampled/success": 0.5} | step,
+        {"step": 2, "eval/success": greedy_after, "eval_sampled/success": 0.625} | step,
+    ]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return config
+
+
+def test_check_passes_the_recorded_run_and_names_a_changed_figure(default_run, tmp_path, monkeypatch, capsys):
+    run = tmp_path / "runs" / "default"
+    config = synthetic_run(run, greedy_after=0.75)
+    _, rows = default_run.read_run(run)
+    figures = default_run.run_figures(config, rows)
+    recorded = figures | {"config": config, "times": default_run.step_times(rows), "wall_s": 10.0, "date": "d"}
+    monkeypatch.setattr(default_run, "RESULTS", tmp_path / "default_run.json")
+    (tmp_path / "default_run.json").write_text(json.dumps(recorded))
+    assert figures["greedy"]["after"] == {"success": 0.75, "solved": 3, "of": 4, "se": pytest.approx(0.2165, abs=1e-4)}
+    default_run.check(argparse.Namespace(run_dir=run, log=None))
+    assert "every success figure is identical" in capsys.readouterr().out
+
+    log = tmp_path / "make_run.log"
+    log.write_text("held-out success (greedy): 0.250 before RL -> 0.750 after 2 steps; outputs in runs/default\n")
+    with pytest.raises(SystemExit):  # the sampled line is missing from what it printed
+        default_run.check(argparse.Namespace(run_dir=run, log=log))
+    assert "not printed: 'held-out success (sampled)" in capsys.readouterr().out
+
+    synthetic_run(run, greedy_after=0.5)
+    with pytest.raises(SystemExit):
+        default_run.check(argparse.Namespace(run_dir=run, log=None))
+    out = capsys.readouterr().out
+    assert "DIFFERS" in out and "- greedy:" in out and "- curve:" in out
