@@ -147,6 +147,10 @@ def verl_command(config: LocalTrainConfig, args: argparse.Namespace, model: Path
         "data.shuffle": "false",  # the local engine's board order
         "trainer.save_freq": args.eval_every,
     }
+    # verl's FSDP engine computes in bf16 unless told otherwise, while the CPU profile's vLLM samples in float32:
+    # float32 here, as the local engine and the sampler, so that the actor's log-probs are the sampler's
+    precision = "+actor_rollout_ref.actor.fsdp_config.mixed_precision"
+    extra |= {f"{precision}.{kind}_dtype": "fp32" for kind in ("param", "reduce", "buffer")}
     if config.router == "per_role":
         extra |= {"trainer.n_gpus_per_node": 2, "ray_kwargs.ray_init.num_gpus": 2}
     return with_keys(base, extra)
@@ -221,16 +225,30 @@ def run_local(config: LocalTrainConfig, model: Path) -> dict:
     }
 
 
-def run_verl(overrides: list[str], out: Path, timeout: float) -> dict:
-    """verl's run; one stopped by `timeout` counts as partial: its checkpoints so far are evaluated."""
+def saved_step(checkpoints: Path) -> int:
+    """The last step every policy of a verl run has checkpointed under `checkpoints` (0: none)."""
+    markers = list(checkpoints.glob("**/latest_checkpointed_iteration.txt"))
+    return min((int(m.read_text().strip() or 0) for m in markers), default=0)
+
+
+def run_verl(overrides: list[str], out: Path, timeout: float, stop_at: int | None) -> dict:
+    """verl's run; one stopped by `timeout`, or once every policy has saved step `stop_at`, counts as partial:
+    its checkpoints so far are evaluated."""
     started = time.monotonic()
+    stop = (lambda: saved_step(out / "checkpoints") >= stop_at) if stop_at else None
     with LoadSampler() as load:
         try:
-            run = run_on_cpu(out, overrides, timeout)
+            run = run_on_cpu(out, overrides, timeout, kill_when=stop)
         except TimeoutError:
             run = CpuRun(out, None, time.monotonic() - started)
     if run.returncode not in (0, None):
         raise SystemExit(f"the verl run failed ({run.returncode}); see {run.folder / 'log.txt'}")
+    return verl_summary(run) | {"load_average": load.summary()}
+
+
+def verl_summary(run: CpuRun) -> dict:
+    """What a verl run's folder says: steps done, median phase times, its own validations, the rows each update
+    received (padding included), the sampler-vs-actor probability gap."""
     logged = run.metrics()
     steps = [row["data"] for row in logged if "timing_s/step" in row["data"]]
     validation = {
@@ -243,9 +261,8 @@ def run_verl(overrides: list[str], out: Path, timeout: float) -> dict:
     probs_gap = [row["training/rollout_probs_diff_max"] for row in steps if "training/rollout_probs_diff_max" in row]
     return {
         "wall_s": run.wall_s,
-        "stopped_by_timeout": run.returncode is None,
+        "stopped_early": run.returncode is None,
         "steps_done": max((row["step"] for row in logged if "timing_s/step" in row["data"]), default=0),
-        "load_average": load.summary(),
         "times": median_times(steps, VERL_TIMES),
         "own_greedy_validation": validation,
         "rows_per_update": rows_per_update,
@@ -262,7 +279,7 @@ def cached(path: Path, compute: Callable[[], dict], reuse: bool) -> dict:
     return value
 
 
-def train_and_evaluate(args: argparse.Namespace) -> Path:
+def train_and_evaluate(args: argparse.Namespace) -> Path | None:
     torch.set_num_threads(args.threads)
     work = WORK / args.router
     config = local_config(args, work / "local")
@@ -278,8 +295,15 @@ def train_and_evaluate(args: argparse.Namespace) -> Path:
         options=config.env_options,
     )
     overrides = verl_command(config, args, model, work / "data", work / "verl")
-    runs = {"local": lambda: run_local(config, model), "verl": lambda: run_verl(overrides, work / "verl", args.timeout)}
-    engines = {engine: cached(work / f"{engine}.json", runs[engine], args.reuse) for engine in ENGINES}
+    runs = {
+        "local": lambda: run_local(config, model),
+        "verl": lambda: run_verl(overrides, work / "verl", args.timeout, args.stop_at),
+    }
+    if args.verl_stopped:  # the verl run in the work folder was stopped by hand: summarise what it left
+        runs["verl"] = lambda: verl_summary(CpuRun(work / "verl", None, math.nan)) | {"load_average": None}
+    engines = {engine: cached(work / f"{engine}.json", runs[engine], args.reuse) for engine in args.engines}
+    if args.engines != ENGINES:  # one engine's run, kept in the work folder for a later --reuse
+        return None
     evaluate = Evaluator(apply_overrides(config, {"model": {"path": str(model)}}), args.eval_samples)
     policies = list(evaluate.run.models)
     checkpoints = {
@@ -295,7 +319,7 @@ def train_and_evaluate(args: argparse.Namespace) -> Path:
     result = {
         "date": datetime.date.today().isoformat(),
         "command": "python benchmarks/bench_verl_learning.py " + " ".join(f"--{k.replace('_', '-')} {v}"
-            for k, v in vars(args).items() if k not in ("plot", "reuse")),
+            for k, v in vars(args).items() if k not in ("plot", "reuse", "engines", "verl_stopped")),
         "router": args.router,
         "seed": args.seed,
         "boards": args.eval_tasks,
@@ -335,8 +359,8 @@ def print_report(path: Path) -> None:
         times = result["engines"][engine]["times"]
         shown = ", ".join(f"{k} {'-' if v is None else f'{v:.2f}'}" for k, v in times.items())
         load = result["engines"][engine]["load_average"]
-        print(f"  {engine} median step times (s): {shown}; wall {result['engines'][engine]['wall_s']:.0f} s, "
-              f"load average {load['min']:.1f}-{load['max']:.1f} (median {load['median']:.1f})")
+        seen = f"load average {load['min']:.1f}-{load['max']:.1f} (median {load['median']:.1f})" if load else ""
+        print(f"  {engine} median step times (s): {shown}; wall {result['engines'][engine]['wall_s']:.0f} s {seen}")
 
 
 def plot(paths: list[Path]) -> None:
@@ -378,6 +402,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the local engine and evaluator")
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds; verl's run stops there (partial)")
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=ENGINES, help="train only these")
+    parser.add_argument("--stop-at", type=int, help="stop verl's run once it has saved this step (partial)")
+    parser.add_argument("--verl-stopped", action="store_true", help="summarise the verl run stopped in the work folder")
     parser.add_argument("--reuse", action="store_true", help="take finished engine runs from the work folder")
     parser.add_argument("--plot", action="store_true", help="only report and chart the saved results")
     args = parser.parse_args()
@@ -387,7 +414,10 @@ def main() -> None:
             print_report(path)
         plot(paths)
         return
-    print_report(train_and_evaluate(args))
+    args.engines = tuple(args.engines)
+    path = train_and_evaluate(args)
+    if path is not None:
+        print_report(path)
 
 
 if __name__ == "__main__":
