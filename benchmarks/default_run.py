@@ -1,7 +1,8 @@
 """The default run (`make run`): `record` runs and times it into docs/results/default_run.json; `check` compares a run.
 
-    .venv/bin/python benchmarks/default_run.py record            # about 5 minutes on the 2-core machine
+    .venv/bin/python benchmarks/default_run.py record            # as long as `make run`
     .venv/bin/python benchmarks/default_run.py check runs/default [--log make_run.log]
+    .venv/bin/python benchmarks/default_run.py show              # the figures as the docs quote them
 
 `record` runs `.venv/bin/verl-mas train` with no overrides, exactly as `make run` does, from a fresh temporary folder
 (so its outputs land in that folder's runs/default/ and a user's own runs/default/ is left alone), and writes the
@@ -287,6 +288,30 @@ def check(args: argparse.Namespace) -> None:
     print(f"matches {os.path.relpath(RESULTS, REPO)} (recorded {recorded['date']}): every success figure is identical")
 
 
+def show(args: argparse.Namespace) -> None:
+    """Print the JSON's figures as the docs quote them (tests/docs/test_figures.py checks the docs hold these)."""
+    recorded = json.loads(RESULTS.read_text())
+    counts = [
+        f"{kind} {when} RL: {recorded[kind][when]['solved']} of {recorded[kind][when]['of']}"
+        for kind in ("greedy", "sampled")
+        for when in ("before", "after")
+    ]
+    print(
+        "\n".join(
+            [
+                f"headline: {headline(recorded)}",
+                f"wall time: {minutes(recorded['wall_s'])} (README: about {round(recorded['wall_s'] / 60)} minutes)",
+                f"machine: {machine_line(recorded)}",
+                *counts,
+                "",
+                curve_table(recorded),
+                "",
+                time_table(recorded),
+            ]
+        )
+    )
+
+
 def report(record: dict, recorded: dict | None = None) -> str:
     """The figures as text: curve, before -> after with counts and errors, and the median step (vs the record)."""
     lines = [curve_table(record), ""]
@@ -315,8 +340,9 @@ def main() -> None:
     chk = sub.add_parser("check", help="compare a run folder (and its printed output) with " + str(RESULTS.name))
     chk.add_argument("run_dir", type=Path)
     chk.add_argument("--log", type=Path, help="the output `make run` printed, to find its summary lines in")
+    sub.add_parser("show", help="print the figures of " + str(RESULTS.name) + " as the docs quote them")
     args = parser.parse_args()
-    record(args) if args.command == "record" else check(args)
+    {"record": record, "check": check, "show": show}[args.command](args)
 
 
 if __name__ == "__main__":

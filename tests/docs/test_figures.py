@@ -79,12 +79,18 @@ def test_check_passes_the_recorded_run_and_names_a_changed_figure(default_run, t
     config = synthetic_run(run, greedy_after=0.75)
     _, rows = default_run.read_run(run)
     figures = default_run.run_figures(config, rows)
-    recorded = figures | {"config": config, "times": default_run.step_times(rows), "wall_s": 10.0, "date": "d"}
+    machine = {"cpus": 2, "torch": "2.13.0+cpu", "torch_threads": 2, "idle": True, "others_cpu_share": 0.02}
+    times = default_run.step_times(rows) | {"setup_s": 6.0}
+    recorded = figures | {"config": config, "times": times, "wall_s": 10.0, "date": "d", "machine": machine}
     monkeypatch.setattr(default_run, "RESULTS", tmp_path / "default_run.json")
     (tmp_path / "default_run.json").write_text(json.dumps(recorded))
     assert figures["greedy"]["after"] == {"success": 0.75, "solved": 3, "of": 4, "se": pytest.approx(0.2165, abs=1e-4)}
     default_run.check(argparse.Namespace(run_dir=run, log=None))
     assert "every success figure is identical" in capsys.readouterr().out
+    default_run.show(argparse.Namespace())
+    shown = capsys.readouterr().out
+    assert "headline: greedy 0.250 -> 0.750, sampled 0.500 -> 0.625" in shown and "greedy after RL: 3 of 4" in shown
+    assert "| greedy (4 boards) | 0.250 | 0.500 | 0.750 |" in shown and "| median step | 1.000 s |" in shown
 
     log = tmp_path / "make_run.log"
     log.write_text("held-out success (greedy): 0.250 before RL -> 0.750 after 2 steps; outputs in runs/default\n")
