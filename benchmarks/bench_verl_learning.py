@@ -149,7 +149,7 @@ def verl_command(config: LocalTrainConfig, args: argparse.Namespace, model: Path
     }
     # verl's FSDP engine computes in bf16 unless told otherwise, while the CPU profile's vLLM samples in float32:
     # float32 here, as the local engine and the sampler, so that the actor's log-probs are the sampler's
-    precision = "+actor_rollout_ref.actor.fsdp_config.mixed_precision"
+    precision = "++actor_rollout_ref.actor.fsdp_config.mixed_precision"  # ++: whether or not the profile sets it
     extra |= {f"{precision}.{kind}_dtype": "fp32" for kind in ("param", "reduce", "buffer")}
     if config.router == "per_role":
         extra |= {"trainer.n_gpus_per_node": 2, "ray_kwargs.ray_init.num_gpus": 2}

@@ -1,4 +1,4 @@
-"""benchmarks/bench_verl_learning.py: its paired statistics, verl's mini-batch size and its override list."""
+"""benchmarks/bench_verl_learning.py: its paired statistics, verl's mini-batch size, overrides and saved step."""
 
 import importlib.util
 import math
@@ -50,3 +50,11 @@ def test_keys_are_replaced_in_place_or_appended(bench):
 def test_median_times_skip_the_first_step_and_untimed_phases(bench):
     rows = [{"t": 100.0}, {"t": 1.0}, {"t": 3.0}, {"t": 2.0}]
     assert bench.median_times(rows, {"step": "t", "old_log_prob": None}) == {"step": 2.0, "old_log_prob": None}
+
+
+def test_saved_step_is_the_last_step_every_policy_saved(bench, tmp_path):
+    assert bench.saved_step(tmp_path) == 0
+    for policy, step in (("tool", "20"), ("plan", "10")):
+        (tmp_path / policy).mkdir()
+        (tmp_path / policy / "latest_checkpointed_iteration.txt").write_text(step)
+    assert bench.saved_step(tmp_path) == 10
