@@ -36,9 +36,10 @@ pytestmark = pytest.mark.skipif(
 ENV_OPTIONS = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True}
 K = 4
 LAUNCH_TIMEOUT_S = 600
-# The rollout samples with vLLM's CPU kernels and the actor recomputes with torch's: float32 on both sides, so the
-# gap is rounding (about 1e-4 on a random model; up to a few 1e-2 on a confident one's rare tokens).
-MAX_LOGPROB_GAP = 0.25
+# The rollout samples with vLLM's CPU kernels and the actor recomputes with torch's, float32 on both sides (the CPU
+# profile sets the actor's FSDP mixed precision to fp32: under verl's bf16 default the gap was 0.035-0.046), so the
+# gap is the rounding of two kernels.
+MAX_LOGPROB_GAP = 0.01
 # The audit row fields that key an advantage group at each `mas.grouping` level (the audit calls the index task_uid).
 GROUP_FIELDS = {level: tuple(k.replace("index", "task_uid") for k in keys) for level, keys in GROUPING_KEYS.items()}
 POLICIES = ("tool", "plan")
