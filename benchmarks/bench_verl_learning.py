@@ -318,8 +318,12 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
             boards[engine][step] = evaluate(weights)
     result = {
         "date": datetime.date.today().isoformat(),
-        "command": "python benchmarks/bench_verl_learning.py " + " ".join(f"--{k.replace('_', '-')} {v}"
-            for k, v in vars(args).items() if k not in ("plot", "reuse", "engines", "verl_stopped")),
+        "command": "python benchmarks/bench_verl_learning.py "
+        + " ".join(
+            f"--{k.replace('_', '-')} {v}"
+            for k, v in vars(args).items()
+            if k not in ("plot", "reuse", "engines", "verl_stopped")
+        ),
         "router": args.router,
         "seed": args.seed,
         "boards": args.eval_tasks,
@@ -377,8 +381,17 @@ def plot(paths: list[Path]) -> None:
                 c = result["engines"][engine]["curve"][mode]
                 start = c["success"][0]
                 errors = [d["se"] if s else 0.0 for s, d in zip(c["steps"], c["change"], strict=True)]
-                axis.errorbar(c["steps"], c["success"], yerr=errors, color=color, linestyle=style, marker="o",
-                              markersize=3, capsize=2, label=f"{engine}, {mode}")
+                axis.errorbar(
+                    c["steps"],
+                    c["success"],
+                    yerr=errors,
+                    color=color,
+                    linestyle=style,
+                    marker="o",
+                    markersize=3,
+                    capsize=2,
+                    label=f"{engine}, {mode}",
+                )
                 axis.axhline(start, color="grey", linewidth=0.5)
         axis.set_title(f"router={result['router']} ({result['boards']} boards, seed {result['seed']})")
         axis.set_xlabel("AT-GRPO step")

@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning  # noqa: E402  (the harness this experiment runs on, in the same folder)
+
 from verl_mas import rollout as verl_mas_rollout  # noqa: E402
 from verl_mas.env import INFRA_FAILURE  # noqa: E402
 from verl_mas.local import train as local_train  # noqa: E402
@@ -276,10 +277,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--window", type=int, default=5, help="training steps averaged at the start and the end")
     parser.add_argument("--collect", action="store_true", help="train nothing: report what is saved under OUT")
     parser.add_argument("overrides", nargs="*", help="key=value training overrides, after the defaults above")
-    argv = sys.argv[1:] if argv is None else argv
-    overrides = [item for item in argv if "=" in item and not item.startswith("-")]
-    args = parser.parse_args([item for item in argv if item not in overrides])
-    args.overrides, args.argv = overrides, argv
+    args = learning.parse_with_overrides(parser, argv)
     args.out = args.out.resolve()
     return args
 

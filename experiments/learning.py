@@ -616,8 +616,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="train nothing: report the runs this command saved under OUT, those stopped early with their last eval",
     )
     parser.add_argument("overrides", nargs="*", help="key=value training-config overrides (as for verl-mas train)")
+    return parse_with_overrides(parser, argv)
+
+
+def parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser`'s arguments, with the key=value items as `overrides` and the whole command line as `argv`. The
+    key=value items are taken out first, so that they may follow a flag of several values such as --envs."""
     argv = sys.argv[1:] if argv is None else argv
-    # key=value items are taken out first, so that they may follow a flag of several values such as --envs
     overrides = [item for item in argv if "=" in item and not item.startswith("-")]
     args = parser.parse_args([item for item in argv if item not in overrides])
     args.overrides, args.argv = overrides, argv

@@ -1,27 +1,19 @@
 """benchmarks/bench_verl_learning.py: its paired statistics, verl's mini-batch size, overrides and saved step."""
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from script_testkit import loaded_script
 
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.overrides import apply_overrides
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_verl_learning.py"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_verl_learning", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with loaded_script("benchmarks/bench_verl_learning.py", "bench_verl_learning") as module:
+        yield module
 
 
 def test_paired_change_is_the_mean_difference_with_its_standard_error(bench):

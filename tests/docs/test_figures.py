@@ -4,26 +4,20 @@ here), and benchmarks/default_run.py's check tells a run that matches its record
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from script_testkit import loaded_script
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "docs" / "results"
-SCRIPT = REPO / "benchmarks" / "default_run.py"
 
 
 @pytest.fixture(scope="module")
 def default_run():
-    spec = importlib.util.spec_from_file_location("default_run_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with loaded_script("benchmarks/default_run.py", "default_run_benchmark") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

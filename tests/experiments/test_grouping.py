@@ -1,28 +1,22 @@
 """experiments/grouping.py: the tool-cost regime's env and the advantage diagnostic, on hand-made inputs."""
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from script_testkit import loaded_script
 
 from verl_mas.dataset import split_tasks
 from verl_mas.local.train import sample_advantages
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "grouping.py"
 OPTIONS = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True}
 
 
 @pytest.fixture(scope="module")
 def grouping():
-    spec = importlib.util.spec_from_file_location("grouping_experiment", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with loaded_script("experiments/grouping.py", "grouping_experiment") as module:
+        yield module
 
 
 def test_the_tool_pays_its_cost_and_nothing_else_changes(grouping):

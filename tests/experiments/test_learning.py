@@ -1,26 +1,19 @@
 """experiments/learning.py --collect: the table from saved runs, finished or stopped early, training nothing."""
 
 import dataclasses
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from script_testkit import loaded_script
 
 from verl_mas.local.config import CONFIG_FILE, config_json
-
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "learning.py"
 
 
 @pytest.fixture(scope="module")
 def learning():
-    spec = importlib.util.spec_from_file_location("learning_experiment", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with loaded_script("experiments/learning.py", "learning_experiment") as module:
+        yield module
 
 
 def save_run(learning, out: Path, seed: int, method: str, rows: list[dict], config_changes: dict | None = None) -> None:

@@ -1,11 +1,9 @@
 """experiments/sokoban_replies.py: the turn-0 plan reply diagnostic and the paired differences, on hand-made inputs."""
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import pytest
+from script_testkit import loaded_script
 
 from verl_mas.dataset import split_tasks
 from verl_mas.env import make_env
@@ -13,18 +11,13 @@ from verl_mas.rollout import EpisodeResult
 from verl_mas.sample import Sample
 from verl_mas_envs.puzzles.grid import IllegalMove
 
-SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "sokoban_replies.py"
 OPTIONS = {"size": 5, "boxes": 1, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True}
 
 
 @pytest.fixture(scope="module")
 def replies():
-    spec = importlib.util.spec_from_file_location("sokoban_replies_experiment", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    with loaded_script("experiments/sokoban_replies.py", "sokoban_replies_experiment") as module:
+        yield module
 
 
 def sample(role: str, turn: int, text: str, continued: bool = True) -> Sample:

@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
+from verl_mas_envs.code import tester_reward as rules
 from verl_mas_envs.code.cases import CallCase, CodeProblem, StdinCase
 from verl_mas_envs.code.env import CodeEnv
-from verl_mas_envs.code import tester_reward as rules
 
 ADDER = "a, b = map(int, input().split())\nprint(a + b)\n"
 SUBTRACTER = "a, b = map(int, input().split())\nprint(a - b)\n"

@@ -1,27 +1,18 @@
 """experiments/code_tester.py's tester shares from hand-made move infos, and learning.py's tester-rule arms."""
 
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from script_testkit import loaded_script
 
 from verl_mas.env import INFRA_FAILURE
-
-EXPERIMENTS = Path(__file__).resolve().parents[3] / "experiments"
 
 
 @pytest.fixture(scope="module")
 def code_tester():
-    sys.path.insert(0, str(EXPERIMENTS))
-    spec = importlib.util.spec_from_file_location("code_tester_experiment", EXPERIMENTS / "code_tester.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
-    sys.path.remove(str(EXPERIMENTS))
+    with loaded_script("experiments/code_tester.py", "code_tester_experiment") as module:
+        yield module
 
 
 def info(cases: int, degenerate: int, credited: int, caught: int, known_wrong: int, failed: int) -> dict:
