@@ -54,9 +54,9 @@ RESUME_FREE_KEYS = (
     "output_dir",
     "device",
 )
-# Top-level keys that decide what is built, so what a checkpoint's files must fit: the environment (its roles), the
-# router (the policies), the models and the LoRA adapters.
-BUILD_KEYS = ("env", "env_options", "router", "model", "lora")
+# Keys that decide what is built, so what a checkpoint's files must fit: the environment (its roles), the router (the
+# policies), the models, the LoRA adapters, and whether each trainer keeps a reference model.
+BUILD_KEYS = ("env", "env_options", "router", "model", "lora", "update.use_kl_loss")
 
 
 @dataclass
@@ -238,9 +238,14 @@ def changed_build_keys(checkpoint: Path, config: LocalTrainConfig) -> str:
     changed = [
         f"{key}: saved {_shown(saved, key)}, now {_shown(current, key)}"
         for key in sorted(saved.keys() | current.keys())
-        if key.split(".")[0] in BUILD_KEYS and saved.get(key, _ABSENT) != current.get(key, _ABSENT)
+        if is_build_key(key) and saved.get(key, _ABSENT) != current.get(key, _ABSENT)
     ]
     return "; ".join(changed)
+
+
+def is_build_key(key: str) -> bool:
+    """Whether a dotted config key is, or sits under, one of BUILD_KEYS."""
+    return any(key == build or key.startswith(f"{build}.") for build in BUILD_KEYS)
 
 
 def _flattened(node: dict, prefix: str = "") -> dict[str, object]:

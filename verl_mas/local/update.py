@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,10 @@ class PolicyTrainer:
 
     With an adapter, every forward first activates it (peft's `set_adapter` also makes it the only trainable
     adapter), and the optimizer holds that adapter's parameters only.
+
+    With `use_kl_loss`, the reference policy is the model as the trainer receives it (the run's starting model, as
+    verl's reference worker loads `model.path`): for a whole model a frozen copy, which `state_dict` carries so that
+    a resumed run keeps it; for an adapter the base model with every adapter off (peft keeps the base frozen).
     """
 
     def __init__(self, model: torch.nn.Module, config: UpdateConfig, adapter_name: str | None = None) -> None:
@@ -107,23 +112,37 @@ class PolicyTrainer:
         self.actor_config = config.actor_config()
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss_mode)
         self.optimizer_steps = 0
+        self.reference = frozen_copy(model) if config.use_kl_loss and adapter_name is None else None
 
     def activate(self) -> None:
         """Route the shared model's forward through this policy's adapter (a no-op for a whole model)."""
         if self.adapter_name is not None:
             self.model.set_adapter(self.adapter_name)
 
-    @torch.no_grad()
     def compute_logprobs(self, tensors: VerlBatchTensors) -> torch.Tensor:
         """[N, R] log-probs of the responses under the current policy, on CPU, micro-batched like training."""
         self.activate()
+        return self._no_grad_logprobs(self.model, tensors)
+
+    def reference_logprobs(self, tensors: VerlBatchTensors) -> torch.Tensor:
+        """[N, R] log-probs of the responses under the reference policy (see the class), on CPU."""
+        if self.adapter_name is not None:
+            self.activate()
+            with self.model.disable_adapter():
+                return self._no_grad_logprobs(self.model, tensors)
+        if self.reference is None:
+            raise ValueError("this trainer keeps no reference model: build it with update.use_kl_loss=true")
+        return self._no_grad_logprobs(self.reference, tensors)
+
+    @torch.no_grad()
+    def _no_grad_logprobs(self, model: torch.nn.Module, tensors: VerlBatchTensors) -> torch.Tensor:
         n = tensors.input_ids.shape[0]
         micro = self.config.micro_batch_size or self.config.mini_batch_size or n
         out = torch.zeros(tensors.response_mask.shape, dtype=torch.float32)
         for start in range(0, n, micro):
             rows = torch.arange(start, min(start + micro, n))
             batch = _slice_rows(tensors, rows, self._device())
-            out[rows, : batch.response_length] = self._forward(batch)[0].cpu()
+            out[rows, : batch.response_length] = self._forward(batch, model=model)[0].cpu()
         return out
 
     def step(
@@ -138,7 +157,7 @@ class PolicyTrainer:
         Args:
             tensors: the samples; `old_log_probs` None means "recompute them now, before any update" (on-policy).
             advantages: [N, R], zero outside the response mask.
-            ref_logprobs: [N, R] reference-policy log-probs; required when `use_kl_loss`.
+            ref_logprobs: [N, R] reference-policy log-probs for `use_kl_loss`; None: the trainer's own reference.
 
         Returns:
             Token-weighted means of verl's pg metrics (clipfrac, clipfrac_lower, approx_kl = ppo_kl), the mean over
@@ -151,7 +170,7 @@ class PolicyTrainer:
         if tuple(advantages.shape) != (n, r):
             raise ValueError(f"advantages shape {tuple(advantages.shape)} != response shape {(n, r)}")
         if self.config.use_kl_loss and ref_logprobs is None:
-            raise ValueError("use_kl_loss needs ref_logprobs")
+            ref_logprobs = self.reference_logprobs(tensors)
         old_logprobs = tensors.old_log_probs if tensors.old_log_probs is not None else self.compute_logprobs(tensors)
         self.activate()
         columns = {"old_log_probs": old_logprobs, "advantages": advantages}
@@ -246,11 +265,14 @@ class PolicyTrainer:
         if self.config.use_kl_loss:
             tally.add_step("kl_loss", kl_loss_total)
 
-    def _forward(self, batch: _RowBatch, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """[n, R] log-probs of the batch's responses, and their per-token entropies when asked for (else None)."""
+    def _forward(
+        self, batch: _RowBatch, with_entropy: bool = False, model: torch.nn.Module | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """[n, R] log-probs of the batch's responses under `model` (default: the policy's), and their per-token
+        entropies when asked for (else None)."""
         response_length = batch.response_length
         logits = response_logits(
-            self.model, batch.input_ids, batch.attention_mask, response_length, self.config.share_prompts
+            model or self.model, batch.input_ids, batch.attention_mask, response_length, self.config.share_prompts
         )
         log_probs = scaled_log_softmax(logits, self.config.temperature)
         picked = picked_logprobs(log_probs, batch.input_ids, batch.attention_mask, response_length)
@@ -261,17 +283,34 @@ class PolicyTrainer:
         return self.parameters[0].device
 
     def state_dict(self) -> dict[str, Any]:
-        """Optimizer state, shuffle-generator state and step count (model weights are saved with the model)."""
-        return {
+        """Optimizer state, shuffle-generator state, step count, and the reference model's weights when it keeps
+        one (the policy's weights are saved with its model)."""
+        state = {
             "optimizer": self.optimizer.state_dict(),
             "generator": self.generator.get_state(),
             "optimizer_steps": self.optimizer_steps,
         }
+        if self.reference is not None:
+            state["reference"] = self.reference.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict`'s output; a trainer that keeps a reference needs one saved (else the reference would
+        be whatever this trainer was built from, not the run's starting model)."""
+        if self.reference is not None and "reference" not in state:
+            raise ValueError("update.use_kl_loss=true, but the checkpoint holds no reference model")
+        if self.reference is not None:
+            self.reference.load_state_dict(state["reference"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
         self.optimizer_steps = int(state["optimizer_steps"])
+
+
+def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model` that no optimizer can move: every parameter without gradients, in eval mode."""
+    reference = copy.deepcopy(model)
+    reference.requires_grad_(False)
+    return reference.eval()
 
 
 def prompt_groups(tensors: VerlBatchTensors) -> list[torch.Tensor]:

@@ -141,6 +141,31 @@ def test_resume_continues_exactly_at_every_policy_level(tmp_path, level, device)
     assert all(f"rollout/{role}/turn0/reward" in rows[4] for role in roles)
 
 
+@pytest.mark.parametrize("level", ["L1_shared", "L2_lora_per_role"])
+def test_kl_loss_trains_and_resumes_against_the_runs_starting_model(tmp_path, level):
+    overrides = LEVELS[level] | {"update": {"use_kl_loss": True, "kl_coef": 0.5}}
+    straight = train(tiny_config(tmp_path / "straight", steps=4, checkpoint_every=2, **overrides), log=lambda _: None)
+    stopped = tiny_config(tmp_path / "stopped", steps=2, checkpoint_every=2, **overrides)
+    train(stopped, log=lambda _: None)
+    resumed = train(apply_overrides(stopped, {"steps": 4, "resume": True}), log=lambda _: None)
+    kl = [{k: v for k, v in row.items() if k.endswith("/kl_loss")} for row in straight.history[1:]]
+    assert all(len(step) == len(kl[0]) > 0 for step in kl)
+    assert all(value == pytest.approx(0.0, abs=1e-7) for value in kl[0].values())  # step 1 starts at the reference
+    assert all(value > 0 for value in kl[-1].values())
+    # Step 2 differs by the stopped run's final evaluation; a resume that rebuilt its reference from the resumed
+    # weights would measure another KL from step 3 on.
+    later = slice(3, None)
+    assert [without_timings(row) for row in resumed.history[later]] == [
+        without_timings(row) for row in straight.history[later]
+    ]
+
+
+def test_resuming_without_a_reference_model_into_the_kl_loss_names_the_key(tmp_path):
+    train(tiny_config(tmp_path, steps=1, checkpoint_every=1), log=lambda _: None)
+    with pytest.raises(ValueError, match="update.use_kl_loss: saved false, now true"):
+        train(tiny_config(tmp_path, steps=2, resume=True, update={"use_kl_loss": True}), log=lambda _: None)
+
+
 def greedy_replies(run: LocalRun, policies: tuple[str, ...]) -> dict[str, tuple[tuple[int, ...], tuple[float, ...]]]:
     """Each policy's greedy reply to the same prompt, with the log-probs the sampler recorded."""
     messages = ({"role": "user", "content": "red: say 7"},)

@@ -199,16 +199,57 @@ def test_mini_batches_take_one_optimizer_step_each_per_epoch() -> None:
 
 
 @pytest.mark.parametrize("micro_batch_size", [None, 1])
-def test_kl_loss_uses_reference_logprobs(micro_batch_size: int | None) -> None:
+def test_kl_loss_uses_given_reference_logprobs(micro_batch_size: int | None) -> None:
     config = UpdateConfig(use_kl_loss=True, kl_coef=0.1, kl_type="low_var_kl", micro_batch_size=micro_batch_size)
     trainer = PolicyTrainer(tiny_model(), config)
     tensors = batch(ROWS)
-    with pytest.raises(ValueError, match="ref_logprobs"):
-        trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]))
     reference = trainer.compute_logprobs(tensors)
     # k3 estimator with ref = current - 1 on every token: exp(-1) - (-1) - 1
     metrics = trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]), ref_logprobs=reference - 1.0)
     assert metrics["kl_loss"] == pytest.approx(math.exp(-1.0), abs=1e-5)
+
+
+def k3_token_mean(logprobs: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> float:
+    """verl's low_var_kl by hand: exp(ref - logp) - (ref - logp) - 1, averaged over response tokens."""
+    gap = reference - logprobs
+    return float(((gap.exp() - gap - 1) * mask).sum() / mask.sum())
+
+
+@pytest.mark.parametrize("with_lora", [False, True])
+def test_kl_loss_measures_the_distance_to_the_model_the_trainer_started_from(with_lora: bool) -> None:
+    model = lora_two_adapters() if with_lora else tiny_model()
+    config = UpdateConfig(lr=1e-2, use_kl_loss=True, kl_coef=0.1)
+    trainer = PolicyTrainer(model, config, "coder" if with_lora else None)
+    tensors = batch(ROWS)
+    advantages = spread(tensors, [1.0, -1.0, 0.5])
+    started = trainer.compute_logprobs(tensors)
+    first = trainer.step(tensors, advantages)
+    assert first["kl_loss"] == pytest.approx(0.0, abs=1e-7)  # the first update starts at the reference
+    for _ in range(2):  # with LoRA, lora_B starts at zero: the second step is the first to move the output
+        moved = trainer.compute_logprobs(tensors)
+        metrics = trainer.step(tensors, advantages)
+    assert not torch.allclose(moved, started)
+    torch.testing.assert_close(trainer.reference_logprobs(tensors), started, atol=0, rtol=0)
+    assert metrics["kl_loss"] == pytest.approx(k3_token_mean(moved, started, tensors.response_mask), rel=1e-4)
+    assert metrics["kl_loss"] > 1e-6
+    if not with_lora:
+        assert not any(p.requires_grad for p in trainer.reference.parameters())
+
+
+def test_the_reference_travels_with_the_trainer_state_and_a_state_without_one_is_refused() -> None:
+    config = UpdateConfig(lr=1e-2, use_kl_loss=True)
+    trainer = PolicyTrainer(tiny_model(seed=0), config)
+    tensors = batch(ROWS)
+    trainer.step(tensors, spread(tensors, [1.0, -1.0, 0.5]))
+    resumed = PolicyTrainer(tiny_model(seed=1), config)  # built from other weights, as a resumed run is
+    resumed.load_state_dict(trainer.state_dict())
+    torch.testing.assert_close(resumed.reference_logprobs(tensors), trainer.reference_logprobs(tensors), atol=0, rtol=0)
+    without_kl = PolicyTrainer(tiny_model(), UpdateConfig())
+    assert "reference" not in without_kl.state_dict()
+    with pytest.raises(ValueError, match="use_kl_loss=true, but the checkpoint holds no reference model"):
+        resumed.load_state_dict(without_kl.state_dict())
+    with pytest.raises(ValueError, match="keeps no reference model"):
+        without_kl.reference_logprobs(tensors)
 
 
 @pytest.mark.parametrize("micro_batch_size", [None, 1])
