@@ -12,8 +12,9 @@ the evaluation curve, the training rollouts' first and last 50 steps, and the me
 run's learning curve to docs/results/default_learning_curve.png.
 
 `check RUN_DIR` recomputes the same figures from a run's config.json and metrics.jsonl (and, with --log, finds the
-summary lines `make run` printed) and compares them with the JSON: the run is bit-reproducible for the same seed and
-thread count, so every success figure must match exactly; times are shown side by side, not compared.
+summary lines `make run` printed) and compares them with the JSON: the run is bit-reproducible for the same seed,
+thread count and CPU (torch's kernels round differently on other SIMD extensions, so another CPU model may read other
+figures), so every success figure must match exactly; times are shown side by side, not compared.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ def machine_line(record: dict) -> str:
     """Where and when, as the docs say it: date, cores, torch, threads, and the load."""
     machine = record["machine"]
     return (
-        f"{record['date']}, {machine['cpus']} cores, torch {machine['torch']} ({machine['torch_threads']} threads), "
+        f"{record['date']}, {machine.get('cpu', 'CPU model not recorded')}, {machine['cpus']} cores, "
+        f"torch {machine['torch']} ({machine['torch_threads']} threads), "
         f"{'idle' if machine['idle'] else 'not idle'}: other processes used {machine['others_cpu_share']:.0%} "
         f"of the cores during the run"
     )
@@ -193,10 +195,20 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def cpu_model() -> str:
+    """The CPU's model name and its SIMD extensions (torch's kernels, and so the run's rounding, depend on both)."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    simd = sorted(flag for flag in fields.get("flags", "").split() if flag.startswith(("avx", "fma", "amx")))
+    return f"{fields.get('model name', platform.processor() or 'unknown')} ({' '.join(simd) or 'no AVX'})"
+
+
 def machine_facts() -> dict:
     import torch
 
     return {
+        "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
@@ -283,6 +295,9 @@ def check(args: argparse.Namespace) -> None:
         problems += [f"not printed: {line!r}" for line in summary_lines(recorded) if line not in output]
     print(report(recorded | figures | {"times": step_times(rows)}, recorded))
     if problems:
+        here, there = cpu_model(), recorded["machine"].get("cpu")
+        if here != there:
+            problems.append(f"the record was made on {there or 'a CPU it did not name'}, this machine is {here}")
         print(f"DIFFERS from {os.path.relpath(RESULTS, REPO)}:\n- " + "\n- ".join(problems))
         sys.exit(1)
     print(f"matches {os.path.relpath(RESULTS, REPO)} (recorded {recorded['date']}): every success figure is identical")

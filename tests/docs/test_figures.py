@@ -1,5 +1,6 @@
-"""The README quotes the test suite as docs/results/test_suite.json records it (a doc or a record changed alone fails
-here), and benchmarks/default_run.py's check tells a run that matches its record from one that does not."""
+"""The README and the results quote the test suite and the default run as docs/results/test_suite.json and
+default_run.json record them (a doc or a record changed alone fails here), and benchmarks/default_run.py's check
+tells a run that matches its record from one that does not."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ def default_run():
 @pytest.fixture(scope="module")
 def suite() -> dict:
     return json.loads((RESULTS / "test_suite.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def default_record() -> dict:
+    return json.loads((RESULTS / "default_run.json").read_text())
 
 
 def prose(path: str) -> str:
@@ -50,6 +56,27 @@ def test_test_suite_record_says_what_it_measured(suite):
     for key in ("date", "command", "machine", "tests_passed", "tests_skipped", "wall_s", "install_s", "notes"):
         assert key in suite, f"test_suite.json has no {key!r} (null where it was not measured)"
     assert isinstance(suite.get("install_included"), bool), "say whether wall_s includes the install"
+
+
+def test_readme_and_results_quote_the_default_runs_record(default_run, default_record):
+    assert f"about {round(default_record['wall_s'] / 60)} minutes" in minutes_line("make run")
+    headline, took = default_run.headline(default_record), default_run.minutes(default_record["wall_s"])
+    for doc, quotes in (
+        ("README.md", [f"`make run` took {took} on {default_record['date']}", headline]),
+        ("docs/results/README.md", [f"**{headline}**", took, default_record["date"]]),
+    ):
+        missing = [quote for quote in quotes if quote not in prose(doc)]
+        assert not missing, f"{doc} does not say {missing} as docs/results/default_run.json has it"
+
+
+def test_default_run_page_holds_the_records_tables(default_run, default_record):
+    page = (RESULTS / "default_run.md").read_text()
+    tables = default_run.curve_table(default_record).splitlines() + default_run.time_table(default_record).splitlines()
+    missing = [row for row in tables if row not in page]
+    assert not missing, f"default_run.md lacks these rows of `default_run.py show`: {missing}"
+    text = prose("docs/results/default_run.md")
+    assert f"**{default_run.headline(default_record)}**" in text
+    assert default_run.minutes(default_record["wall_s"]) in text and default_record["date"] in text
 
 
 def synthetic_run(folder: Path, greedy_after: float) -> dict:
@@ -97,3 +124,5 @@ def test_check_passes_the_recorded_run_and_names_a_changed_figure(default_run, t
         default_run.check(argparse.Namespace(run_dir=run, log=None))
     out = capsys.readouterr().out
     assert "DIFFERS" in out and "- greedy:" in out and "- curve:" in out
+    # other figures on another CPU may be rounding, not code: the check says where each was made
+    assert f"the record was made on a CPU it did not name, this machine is {default_run.cpu_model()}" in out
