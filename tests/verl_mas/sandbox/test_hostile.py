@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from sandbox_leftovers import drawn_uids, survivors, sysv_objects
 
 from verl_mas import sandbox
-from verl_mas.sandbox import SandboxLimits, SandboxResult, arun_python, layers, process, runner, set_max_concurrency
+from verl_mas.sandbox import SandboxLimits, SandboxResult, arun_python, layers, runner, set_max_concurrency
 
 REPO = Path(__file__).resolve().parents[3]
 _OS_PY_HASH = hashlib.sha256(Path(os.__file__).read_bytes()).hexdigest()  # the stdlib the programs attack
@@ -801,7 +802,13 @@ def _listen(host: Host) -> tuple[int, int]:
 
 
 @pytest.fixture(scope="module")
-def batch(host: Host) -> dict[str, SandboxResult]:
+def batch_uids() -> set[int]:
+    """The private uids the batch's runs drew (filled by `batch`)."""
+    return set()
+
+
+@pytest.fixture(scope="module")
+def batch(host: Host, batch_uids: set[int]) -> dict[str, SandboxResult]:
     """Every runnable case, run concurrently; the host's state is checked by the tests that read it."""
     available = sandbox.protections()
     view = host.program_view(*_listen(host))
@@ -815,7 +822,8 @@ def batch(host: Host) -> dict[str, SandboxResult]:
 
     set_max_concurrency(4)
     try:
-        results = asyncio.run(run_all())
+        with drawn_uids(into=batch_uids):
+            results = asyncio.run(run_all())
     finally:
         set_max_concurrency(runner.DEFAULT_MAX_CONCURRENCY)
     assert (REPO / "README.md").read_bytes() == readme_before
@@ -834,7 +842,7 @@ def test_hostile_program_is_contained(case: Case, batch: dict[str, SandboxResult
     _check(case, batch[case.name])
 
 
-def test_nothing_reached_the_host(host: Host, batch: dict[str, SandboxResult]) -> None:
+def test_nothing_reached_the_host(host: Host, batch: dict[str, SandboxResult], batch_uids: set[int]) -> None:
     """Host-side effects of the whole batch: no connection, no datagram, no file, no process left, secret unread."""
     available = sandbox.protections()
     pending = {}
@@ -851,37 +859,10 @@ def test_nothing_reached_the_host(host: Host, batch: dict[str, SandboxResult]) -
         assert [d for d in dirs if os.path.lexists(os.path.join(d, host.marker))] == []
     assert Path(host.secret_path).read_text() == host.secret  # still there: the cleanup followed no symlink
     assert all(host.secret not in r.stdout + r.stderr for r in batch.values())
-    assert _survivors(host.marker) == []
+    assert survivors(host.marker, batch_uids) == []
     if available.ipc:  # the shm and semaphore bombs' objects died with their IPC namespaces
-        assert _sysv_objects_of_sandbox_uids() == {"shm": 0, "sem": 0, "msg": 0}
+        assert sysv_objects(batch_uids) == {"shm": 0, "sem": 0, "msg": 0}
     assert hashlib.sha256(Path(os.__file__).read_bytes()).hexdigest() == _OS_PY_HASH
-
-
-def _sysv_objects_of_sandbox_uids() -> dict[str, int]:
-    """SysV objects on the host owned by a sandbox uid (without an IPC namespace, a bomb leaves thousands)."""
-    counts = {}
-    for kind in ("shm", "sem", "msg"):
-        header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
-        column = header.split().index("uid")
-        uids = [int(row.split()[column]) for row in rows]
-        counts[kind] = sum(process.UID_BASE <= uid < process.UID_BASE + process.UID_SPAN for uid in uids)
-    return counts
-
-
-def _survivors(marker: str) -> list[int]:
-    """Live processes named `marker` or running under a sandbox uid."""
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            comm = Path(f"/proc/{entry}/comm").read_text().strip()
-            status = Path(f"/proc/{entry}/status").read_text()
-        except OSError:
-            continue
-        uid = int(status.split("\nUid:\t", 1)[1].split()[0])
-        zombie = "\nState:\tZ" in status
-        if not zombie and (comm == marker or process.UID_BASE <= uid < process.UID_BASE + process.UID_SPAN):
-            found.append(int(entry))
-    return found
 
 
 def test_summary_counts_tried_and_contained(batch: dict[str, SandboxResult], capsys: pytest.CaptureFixture) -> None:

@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from sandbox_leftovers import drawn_uids, survivors
 
 from verl_mas import sandbox
 from verl_mas.sandbox import SandboxLimits, arun_python, process, run_python, runner, set_max_concurrency
@@ -32,27 +33,6 @@ def _marker() -> str:
 def _name_processes(marker: str) -> str:
     """Program prologue: renames the process (and everything it forks) to `marker`."""
     return f"import ctypes\nctypes.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)\n"
-
-
-def _survivors(marker: str) -> list[int]:
-    """Live processes named `marker` or, as root, running under any sandbox uid."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/comm") as f:
-                comm = f.read().strip()
-            with open(f"/proc/{entry}/status") as f:
-                status = f.read()
-        except OSError:
-            continue
-        if "\nState:\tZ" in status:
-            continue
-        uid = int(status.split("\nUid:\t", 1)[1].split()[0])
-        if comm == marker or process.UID_BASE <= uid < process.UID_BASE + process.UID_SPAN:
-            found.append(int(entry))
-    return found
 
 
 def test_normal_program_reads_stdin_and_writes_stdout() -> None:
@@ -120,10 +100,11 @@ def test_fork_bomb_is_bounded_and_leaves_no_survivors() -> None:
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     )
     start = time.monotonic()
-    result = run_python(code, limits=SandboxLimits(wall_time_s=2.0, max_processes=32))
+    with drawn_uids() as uids:
+        result = run_python(code, limits=SandboxLimits(wall_time_s=2.0, max_processes=32))
     assert time.monotonic() - start < 2.0 + 3.0
     assert result.timed_out
-    assert _survivors(marker) == []
+    assert survivors(marker, uids) == []
     os.kill(os.getpid(), 0)  # the test process is intact
 
 
@@ -407,11 +388,12 @@ def test_background_grandchild_is_killed_when_the_program_exits() -> None:
         "print('parent done')\n"
     )
     start = time.monotonic()
-    result = run_python(code, limits=SandboxLimits(wall_time_s=5.0))
+    with drawn_uids() as uids:
+        result = run_python(code, limits=SandboxLimits(wall_time_s=5.0))
     assert time.monotonic() - start < 2.0  # neither waits for the grandchild nor for the wall limit
     assert result.ok, result
     assert result.stdout == "parent done\n"
-    assert _survivors(marker) == []
+    assert survivors(marker, uids) == []
 
 
 @root_only
@@ -425,9 +407,10 @@ def test_grandchild_escaping_the_process_group_is_killed() -> None:
         "    time.sleep(60)\n"
         "print('parent done')\n"
     )
-    result = run_python(code)
+    with drawn_uids() as uids:
+        result = run_python(code)
     assert result.ok, result
-    assert _survivors(marker) == []
+    assert survivors(marker, uids) == []
 
 
 @root_only
