@@ -1,8 +1,21 @@
-"""Registers the test kit's counting environment for every test; keeps the tests' caches out of the user's."""
+"""Registers the test kit's counting environment for every test; keeps the tests' caches out of the user's; under
+pytest-xdist, starts the verl CPU-stack launches first, one per worker (xdist_schedule.py)."""
 
 import os
 import tempfile
 
+import pytest
+import xdist_schedule
+
 import mas_testkit  # noqa: F401  (import registers the "counter" environment)
 
 os.environ["VERL_MAS_CACHE"] = tempfile.mkdtemp(prefix="verl_mas_test_cache_")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    xdist_schedule.stack_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    return xdist_schedule.make_scheduler(config, log)
