@@ -271,8 +271,9 @@ class PolicyTrainer:
         """[n, R] log-probs of the batch's responses under `model` (default: the policy's), and their per-token
         entropies when asked for (else None)."""
         response_length = batch.response_length
+        scored = self.model if model is None else model  # a Module's truth value is not "is given"
         logits = response_logits(
-            model or self.model, batch.input_ids, batch.attention_mask, response_length, self.config.share_prompts
+            scored, batch.input_ids, batch.attention_mask, response_length, self.config.share_prompts
         )
         log_probs = scaled_log_softmax(logits, self.config.temperature)
         picked = picked_logprobs(log_probs, batch.input_ids, batch.attention_mask, response_length)
@@ -297,9 +298,9 @@ class PolicyTrainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict`'s output; a trainer that keeps a reference needs one saved (else the reference would
         be whatever this trainer was built from, not the run's starting model)."""
-        if self.reference is not None and "reference" not in state:
-            raise ValueError("update.use_kl_loss=true, but the checkpoint holds no reference model")
         if self.reference is not None:
+            if "reference" not in state:
+                raise ValueError("update.use_kl_loss=true, but the checkpoint holds no reference model")
             self.reference.load_state_dict(state["reference"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.generator.set_state(state["generator"])
