@@ -120,6 +120,14 @@ METHODS: dict[str, Method] = {
         True,
         {"router": "shared", "rollout_mode": "independent", "grouping": "task_role_turn"},
     ),
+    # at_grpo_shared held near its starting model (the warm start) by verl's KL loss; the coefficient is the
+    # command's update.kl_coef (the other methods leave use_kl_loss off, so it changes nothing else)
+    "at_grpo_shared_kl": Method(
+        "two agents, AT-GRPO tree, groups per (task, role, turn), one shared model, with a KL loss to the warm start "
+        "(update.use_kl_loss=true; update.kl_coef from the command)",
+        True,
+        {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn", "update": {"use_kl_loss": True}},
+    ),
     # the code tester's reward rules (docs/code.md; experiments/code_tester.py): at_grpo_shared with one or the other
     "at_grpo_credit_share": Method(
         "two agents, AT-GRPO tree, groups per (task, role, turn), one shared model; the code tester earns the share "

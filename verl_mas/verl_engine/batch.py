@@ -1,5 +1,6 @@
 """The advantage step's pure pieces: per-row sample tags, restored rewards, AT-GRPO advantages through verl's
-estimator registry, per-role and per-turn metrics, the update audit record, and the split of a batch by policy."""
+estimator registry, per-role and per-turn metrics, the update audit record and capture, and the split of a batch by
+policy."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -221,6 +223,27 @@ def split_by_policy(
         if keys:
             parts[policy] = batch.select_keys(keys)
     return parts
+
+
+def save_update_batch(folder: str, step: int, policy: str, part: KVBatchMeta) -> Path:
+    """Save what `policy`'s update is about to receive, fetched as verl's worker fetches it (the fields the batch's
+    metadata lists), to <folder>/step_<step>/<policy>.pt, so that the update can be replayed elsewhere.
+
+    The file holds {"step", "policy", "padding": [n] bool, "tensors": {field: the list of its n rows}}, nested and
+    padded fields alike; fields that are not tensors (the sample tags, prompts as text) are left out.
+    """
+    fields = list(part.fields or [])
+    data = tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=fields)
+    tensors = {}
+    for name in fields:
+        value = data.get(name, None)
+        if isinstance(value, torch.Tensor):
+            tensors[name] = [row.clone() for row in value.unbind()]
+    padding = [bool(tag.get("is_padding", False)) for tag in part.tags]
+    path = Path(os.path.expanduser(folder)).resolve() / f"step_{step}" / f"{policy}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"step": step, "policy": policy, "padding": padding, "tensors": tensors}, path)
+    return path
 
 
 def append_update_audit(path: str, step: int, policy: str, part: KVBatchMeta) -> None:

@@ -61,6 +61,9 @@ class MasConfig:
             share of its samples stops the run.
         update_audit: a JSONL path, or None: one line per step and policy with the fields and rows (task, role,
             turn, advantage) that policy's actor update received, read back as the actor reads them.
+        update_capture: a folder, or None: every step, each policy's update batch as its actor fetches it (tensor
+            fields only), saved to <folder>/step_<n>/<policy>.pt to replay the update elsewhere (a debugging aid:
+            several MB a step).
         timeline: a JSONL path, or None: when each policy's phases ran (trainer and actor workers) and when each
             policy's servers had requests in flight (agent loop); see `verl_mas.verl_engine.timeline`.
         phase_check: a folder, or None: with several policies, the first step a launch trains also runs the old
@@ -76,6 +79,7 @@ class MasConfig:
     policies: Mapping[str, PolicyConfig] = field(default_factory=dict)
     max_infra_failure_share: float = 0.1
     update_audit: str | None = None
+    update_capture: str | None = None
     timeline: str | None = None
     phase_check: str | None = None
 
@@ -89,10 +93,10 @@ class MasConfig:
         share = self.max_infra_failure_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
             raise MasConfigError(f"mas.max_infra_failure_share must be a number in [0, 1], got {share!r}")
-        for key in ("update_audit", "timeline", "phase_check"):
+        for key in ("update_audit", "update_capture", "timeline", "phase_check"):
             value = getattr(self, key)
             if value is not None and not (isinstance(value, str) and value):
-                kind = "folder" if key == "phase_check" else "file path"
+                kind = "folder" if key in ("update_capture", "phase_check") else "file path"
                 raise MasConfigError(f"mas.{key} must be a {kind} or null, got {value!r}")
         router = self.policy_router()
         for policy_id, policy in self.policies.items():

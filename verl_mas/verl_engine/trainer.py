@@ -43,6 +43,7 @@ from verl_mas.verl_engine.batch import (
     infra_failures,
     reward_scores,
     sample_metrics,
+    save_update_batch,
     split_by_policy,
 )
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported
@@ -402,20 +403,25 @@ class AtGrpoTrainer(PPOTrainerSync):
         parts = split_by_policy(batch, policy_of_row, self.router.policies)
         if self.config.trainer.critic_warmup <= self.global_steps:
             if self.several_policies:
-                if self.mas.update_audit:
-                    for policy, part in parts.items():
-                        append_update_audit(self.mas.update_audit, self.global_steps, policy, part)
+                for policy, part in parts.items():
+                    self._record_update(policy, part)
                 self._update_together(parts, metrics, timing_raw, check)
             else:
                 for policy, part in parts.items():
-                    if self.mas.update_audit:
-                        append_update_audit(self.mas.update_audit, self.global_steps, policy, part)
+                    self._record_update(policy, part)
                     with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
                         with marked_timer("update_actor", timing_raw, color="red"):
                             self._update_actor(part, metrics=policy_metrics)
         if check is not None:
             self._phase_checked = True
         return batch
+
+    def _record_update(self, policy: str, part: KVBatchMeta) -> None:
+        """What `policy`'s update is about to receive, into mas.update_audit and mas.update_capture (where set)."""
+        if self.mas.update_audit:
+            append_update_audit(self.mas.update_audit, self.global_steps, policy, part)
+        if self.mas.update_capture:
+            save_update_batch(self.mas.update_capture, self.global_steps, policy, part)
 
     def _log_probs_together(
         self, parts: dict[str, KVBatchMeta], metrics: dict, timing_raw: dict, check: Path | None

@@ -20,11 +20,14 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from update_replay import load_captured_update
 
 from verl_mas.advantage import GROUPING_KEYS, compute_at_grpo_advantage
 from verl_mas.dataset import write_dataset
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
+from verl_mas.local.model import load_model
+from verl_mas.local.update import PolicyTrainer, UpdateConfig
 from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import CpuRun, run_on_cpu
 from verl_mas.verl_engine.timeline import phase_overlaps, read_timeline, request_spans
@@ -35,6 +38,7 @@ pytestmark = pytest.mark.skipif(
 
 ENV_OPTIONS = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True}
 K = 4
+LR = 1e-4
 LAUNCH_TIMEOUT_S = 600
 # The rollout samples with vLLM's CPU kernels and the actor recomputes with torch's, float32 on both sides (the CPU
 # profile sets the actor's FSDP mixed precision to fp32: under verl's bf16 default the gap was 0.035-0.046), so the
@@ -85,7 +89,7 @@ def launch(root: Path, name: str, overrides: list[str], kill_when=None) -> CpuRu
             "actor_rollout_ref.rollout.max_model_len=1024",
             "actor_rollout_ref.actor.ppo_mini_batch_size=4",
             "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
-            "actor_rollout_ref.actor.optim.lr=1e-4",
+            f"actor_rollout_ref.actor.optim.lr={LR}",
             "trainer.total_training_steps=2",
             "trainer.val_before_train=true",
             "trainer.test_freq=2",
@@ -195,9 +199,50 @@ def check_phase_check(check, checkpoints) -> None:
         }
 
 
+def check_update_replay(stack: Path, capture: Path, checkpoints: Path, logged_step_one: dict) -> None:
+    """verl's step-1 update, replayed by the local engine's PolicyTrainer from the same weights on the captured batch
+    (one optimizer step, the launch's optimizer settings), gives verl's loss, gradient norm and weights."""
+    captured = load_captured_update(capture / "step_1" / "shared.pt")
+    assert captured.padding_rows > 0, "the replay should see verl's zero-mask padding rows left out"
+    mask = captured.tensors.response_mask
+    on_policy_loss = -float((captured.advantages * mask).sum() / mask.sum())  # ratio 1: -token-mean(A)
+    model = load_model(str(stack / "model"))
+    config = UpdateConfig(lr=LR)  # verl's actor defaults otherwise: weight decay 0.01, betas, eps, grad clip 1
+    replayed = PolicyTrainer(model, config).step(captured.tensors, captured.advantages)
+    print(f"replay of step 1: local {replayed}, verl {logged_step_one}")
+    assert replayed["optimizer_steps"] == 1
+    assert replayed["pg_loss"] == pytest.approx(on_policy_loss, abs=1e-4)
+    assert logged_step_one["actor/pg_loss"] == pytest.approx(on_policy_loss, abs=1e-4)
+    # measured 2026-11-26: 0.5176266 on both (float32 on both sides; the kernels sum in other orders)
+    assert replayed["grad_norm"] == pytest.approx(logged_step_one["actor/grad_norm"], rel=1e-5)
+    start, verl_after = initial_weights(stack), actor_weights(checkpoints / "global_step_1")
+    local_after = {name: t.detach().float() for name, t in model.state_dict().items()}
+    names = [name for name in start if name in verl_after and name in local_after]
+    assert names
+    moved = disagree = total = 0
+    for name in names:
+        verl_step, local_step = verl_after[name] - start[name], local_after[name] - start[name]
+        # Adam's first step moves a weight by about lr times the sign of its gradient: a wrong gradient shows as
+        # steps of opposite sign; a gradient that is rounding noise around 0 may flip, so a few may differ
+        disagree += int(((verl_step - local_step).abs() > LR / 2).sum())
+        moved += int((local_step.abs() > LR / 2).sum())
+        total += local_step.numel()
+    print(f"replay of step 1: {moved} of {total} weights moved, {disagree} moved otherwise on verl")
+    assert moved > 0.1 * total
+    assert disagree <= 1e-3 * moved
+
+
 def test_shared_trains_two_steps_for_real(stack):
-    # grouped per (task, role), one of mas.grouping's three levels (per_role below runs the default, task_role_turn)
-    run = launch(stack, "shared", ["mas.router=shared", "mas.grouping=task_role"])
+    # grouped per (task, role), one of mas.grouping's three levels (per_role below runs the default, task_role_turn);
+    # the whole step in one mini-batch (tasks x K x turns x roles samples at most), so that its update is one
+    # optimizer step the local engine can replay
+    capture = stack / "shared" / "capture"
+    one_mini_batch = f"actor_rollout_ref.actor.ppo_mini_batch_size={4 * K * 3 * 2}"
+    run = launch(
+        stack,
+        "shared",
+        ["mas.router=shared", "mas.grouping=task_role", one_mini_batch, f"+mas.update_capture={capture}"],
+    )
     records = run.audit()
     assert [(r["step"], r["policy"]) for r in records] == [(1, "shared"), (2, "shared")]
     gaps = check_update_batches(records, {"shared": {"tool", "plan"}}, grouping="task_role")
@@ -218,6 +263,8 @@ def test_shared_trains_two_steps_for_real(stack):
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     start, one, two = initial_weights(stack), *(actor_weights(checkpoints / f"global_step_{s}") for s in (1, 2))
     assert max_change(start, one) > 0 and max_change(one, two) > 0
+    assert sorted(p.name for p in capture.iterdir()) == ["step_1", "step_2"]
+    check_update_replay(stack, capture, checkpoints, steps[0]["data"])
 
 
 def test_per_role_is_killed_then_resumes_from_its_checkpoints(stack):

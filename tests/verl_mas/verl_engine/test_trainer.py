@@ -17,6 +17,7 @@ from verl_mas.verl_engine.batch import (
     at_grpo_advantages,
     reward_scores,
     sample_metrics,
+    save_update_batch,
     split_by_policy,
     update_audit_record,
 )
@@ -218,6 +219,34 @@ def test_update_audit_reads_each_rows_advantage_and_logprob_gap_on_its_response_
     assert padding["padding"] and padding["reward"] == 0.0
     without = update_audit_record(4, "p", ["response_mask"], data.exclude("advantages"), tags)
     assert without["rows"][0]["advantage"] is None and without["rows"][0]["logprob_gap"] == 0.5
+
+
+def test_update_capture_saves_the_listed_tensor_fields_as_the_worker_fetches_them(transfer_queue, tmp_path):
+    masks = [[1, 1, 0], [1], [1, 1]]
+    rows = {
+        f"capture_{i}": {
+            "response_mask": torch.tensor(mask, dtype=torch.int64),
+            "advantages": torch.full((len(mask),), 0.25 * i),
+            "dummy_tensor": torch.tensor([i, -i]),
+            "extra_fields": {"task_uid": f"T{i}", "role": "a"},
+        }
+        for i, mask in enumerate(masks)
+    }
+    stored = put_rows(transfer_queue, rows, "capture")
+    listed = ["response_mask", "dummy_tensor", "extra_fields"]  # advantages stored, but not in the metadata
+    part = KVBatchMeta(
+        keys=stored.keys,
+        tags=[{"is_padding": False}, {"is_padding": True}, {}],
+        partition_id=stored.partition_id,
+        fields=listed,
+    )
+    path = save_update_batch(str(tmp_path / "cap"), 7, "plan", part)
+    assert path == tmp_path / "cap" / "step_7" / "plan.pt"
+    saved = torch.load(path)
+    assert (saved["step"], saved["policy"], saved["padding"]) == (7, "plan", [False, True, False])
+    assert sorted(saved["tensors"]) == ["dummy_tensor", "response_mask"]  # tags are not tensors; unlisted not fetched
+    assert [row.tolist() for row in saved["tensors"]["response_mask"]] == masks
+    assert [row.tolist() for row in saved["tensors"]["dummy_tensor"]] == [[0, 0], [1, -1], [2, -2]]
 
 
 def test_a_row_the_judge_could_not_run_is_in_no_group_and_counted():
