@@ -118,12 +118,13 @@ def replay(run_folder: Path, checkpoint: bool) -> dict[str, Any]:
 
 
 def training_windows(history: Sequence[dict[str, float]], width: int) -> list[dict[str, Any]]:
-    """Means of `WINDOW_KEYS` over consecutive windows of `width` training steps (a key a step lacks is skipped)."""
+    """Means of `WINDOW_KEYS` over consecutive windows of `width` training steps (a key a step lacks is skipped; nan
+    where no step of the window has it)."""
     steps = [row for row in history if "time/step_s" in row]
     windows = []
     for start in range(0, len(steps), width):
         rows = steps[start : start + width]
-        means = {key: statistics.fmean(row[key] for row in rows if key in row) for key in WINDOW_KEYS}
+        means = {key: statistics.fmean([row[key] for row in rows if key in row] or [math.nan]) for key in WINDOW_KEYS}
         windows.append({"steps": f"{rows[0]['step']}-{rows[-1]['step']}"} | means)
     return windows
 

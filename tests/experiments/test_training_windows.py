@@ -1,0 +1,40 @@
+"""experiments/training_windows.py: window means per run, then mean and standard error over a label's runs."""
+
+import json
+import math
+
+import pytest
+from script_testkit import loaded_script
+
+
+@pytest.fixture(scope="module")
+def windows():
+    with loaded_script("experiments/training_windows.py", "training_windows_experiment") as module:
+        yield module
+
+
+def write_run(folder, successes: list[float]) -> None:
+    folder.mkdir(parents=True)
+    rows = [{"step": 0, "eval/success": 0.1}]  # an evaluation row: no training step, not in any window
+    rows += [{"step": i + 1, "time/step_s": 1.0, "rollout/success": s} for i, s in enumerate(successes)]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_windows_average_each_run_then_the_runs(windows, tmp_path):
+    write_run(tmp_path / "seed0" / "arm", [0.0, 1.0, 1.0, 1.0])  # windows of 2: 0.5, 1.0
+    write_run(tmp_path / "seed1" / "arm", [0.0, 0.0, 0.5, 0.5])  # 0.0, 0.5
+    write_run(tmp_path / "seed0" / "other", [1.0, 1.0])
+    report = windows.main(["--runs", f"a={tmp_path}/seed*/arm", "--window", "2", "--out", str(tmp_path / "w.json")])
+    assert report["a"]["runs"] == [str(tmp_path / "seed0" / "arm"), str(tmp_path / "seed1" / "arm")]
+    first, second = report["a"]["windows"]
+    assert (first["steps"], second["steps"]) == ("1-2", "3-4")
+    assert first["rollout/success"]["mean"] == pytest.approx(0.25)
+    assert first["rollout/success"]["se"] == pytest.approx(math.sqrt(0.125) / math.sqrt(2))  # sd of 0.5 and 0.0
+    assert second["rollout/success"]["mean"] == pytest.approx(0.75)
+    assert math.isnan(first["rollout/reward"]["mean"]) and first["rollout/reward"]["runs"] == 0  # never logged
+    assert json.loads((tmp_path / "w.json").read_text())["a"]["windows"][1]["rollout/success"]["runs"] == 2
+
+
+def test_a_label_that_matches_no_run_is_refused(windows, tmp_path):
+    with pytest.raises(SystemExit):
+        windows.main(["--runs", f"a={tmp_path}/nothing*"])
