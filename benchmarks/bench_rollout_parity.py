@@ -1,0 +1,149 @@
+"""Benchmark: do verl's rollouts (vLLM on CPU, the `mas_agent` loop) draw what the local engine's rollouts draw?
+
+Both engines run `--steps` steps with the learning rate at 0 from `bench_verl_learning.py`'s warm start, on the same
+boards in the same order (`data.shuffle=false`), so every step samples one fixed policy on the same 16 boards in both
+engines. Per step, each engine logs per-role rewards, invalid-move shares and zero-variance group shares, and per
+turn the samples (how many tasks reached that turn, times K and the roles) and the mean reward. The report is, per
+metric, the mean over steps of (verl - local) with its standard error over steps: a difference beyond noise is a
+difference in how the engines sample or score, with the weights and boards held equal.
+
+    OMP_NUM_THREADS=1 python benchmarks/bench_rollout_parity.py --steps 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+from verl_mas.dataset import write_dataset
+from verl_mas.local.export import export_policies
+from verl_mas.local.train import train
+from verl_mas.overrides import apply_overrides
+from verl_mas.verl_engine.cpu_run import run_on_cpu
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_verl_learning import ROOT, WORK, local_config, verl_command, with_keys  # noqa: E402  (a sibling script)
+
+RESULTS = ROOT / "docs" / "results" / "rollout_parity.json"
+ROLES = ("tool", "plan")
+TURNS = (0, 1, 2)
+
+
+# per-role figures: (the local engine's key, verl's key)
+ROLE_FIGURES = {
+    "reward": ("rollout/{role}/reward", "mas/{role}/reward/mean"),
+    "invalid_share": ("rollout/{role}/invalid_move_share", "mas/{role}/invalid_share"),
+    "zero_variance_share": ("rollout/{role}/zero_variance_share", "mas/{role}/zero_variance_group_share"),
+}
+
+
+def role_figures(row: dict, engine: int) -> dict[str, float]:
+    """`row`'s per-role figures; `engine` 0 reads the local engine's keys, 1 verl's."""
+    return {
+        f"{role}/{name}": row[keys[engine].format(role=role)] for name, keys in ROLE_FIGURES.items() for role in ROLES
+    }
+
+
+def local_step_metrics(row: dict) -> dict[str, float]:
+    """One local step's figures under the names `verl_step_metrics` gives verl's: the per-turn ones pool both roles,
+    as verl's `mas/turn_<t>/*` do."""
+    out = role_figures(row, 0)
+    for turn in TURNS:
+        counts = {role: row.get(f"rollout/{role}/turn{turn}/samples", 0.0) for role in ROLES}
+        samples = sum(counts.values())
+        out[f"turn_{turn}/samples"] = samples
+        if samples:
+            rewards = sum(counts[r] * row[f"rollout/{r}/turn{turn}/reward"] for r in ROLES if counts[r])
+            out[f"turn_{turn}/reward"] = rewards / samples
+    return out
+
+
+def verl_step_metrics(row: dict) -> dict[str, float]:
+    out = role_figures(row, 1)
+    for turn in TURNS:
+        out[f"turn_{turn}/samples"] = row.get(f"mas/turn_{turn}/samples", 0.0)
+        if f"mas/turn_{turn}/reward/mean" in row:
+            out[f"turn_{turn}/reward"] = row[f"mas/turn_{turn}/reward/mean"]
+    return out
+
+
+def compare(local: dict[int, dict[str, float]], verl: dict[int, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Per metric, over the steps both engines logged it: the engines' means and the mean of the per-step
+    differences verl - local with its standard error (sd / sqrt(steps)) and z."""
+    out = {}
+    steps = sorted(set(local) & set(verl))
+    for name in sorted({name for step in steps for name in local[step]}):
+        both = [step for step in steps if name in local[step] and name in verl[step]]
+        if len(both) < 2:
+            continue
+        differences = [verl[s][name] - local[s][name] for s in both]
+        se = statistics.stdev(differences) / math.sqrt(len(both))
+        mean = statistics.fmean(differences)
+        out[name] = {
+            "steps": len(both),
+            "local": statistics.fmean(local[s][name] for s in both),
+            "verl": statistics.fmean(verl[s][name] for s in both),
+            "difference": mean,
+            "se": se,
+            "z": mean / se if se > 0 else math.nan,
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--tasks-per-step", type=int, default=16)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=3600)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    # bench_verl_learning's settings (its evaluation is not run here; one eval task keeps the local run light)
+    args.router, args.eval_tasks, args.eval_every, args.threads = "shared", 1, args.steps, 1
+    work = WORK / "rollout_parity"
+    config = apply_overrides(local_config(args, work / "local"), {"update": {"lr": 0.0}, "checkpoint_every": 0})
+    model = WORK / "model"
+    if not model.exists():
+        export_policies(apply_overrides(local_config(args, WORK / "warm_start"), {"router": "shared"}), model)
+    n_train = config.steps * config.tasks_per_step
+    write_dataset(config.env, work / "data", n_train=n_train, n_eval=1, seed=config.seed, options=config.env_options)
+    summary = train(apply_overrides(config, {"model": {"path": str(model)}}), log=lambda _: None)
+    local = {row["step"]: local_step_metrics(row) for row in summary.history if "time/step_s" in row}
+    overrides = with_keys(
+        verl_command(config, args, model, work / "data", work / "verl"),
+        {"trainer.save_freq": -1, "trainer.val_before_train": "false", "trainer.test_freq": -1},
+    )
+    run = run_on_cpu(work / "verl", overrides, args.timeout)
+    if run.returncode != 0:
+        raise SystemExit(f"the verl run failed ({run.returncode}); see {run.folder / 'log.txt'}")
+    verl = {row["step"]: verl_step_metrics(row["data"]) for row in run.metrics() if "timing_s/step" in row["data"]}
+    result = {
+        "date": datetime.date.today().isoformat(),
+        "command": f"python benchmarks/bench_rollout_parity.py --steps {args.steps}",
+        "steps": args.steps,
+        "tasks_per_step": args.tasks_per_step,
+        "k": args.k,
+        "seed": args.seed,
+        "comparison": compare(local, verl),
+        "local_steps": local,
+        "verl_steps": verl,
+    }
+    RESULTS.write_text(json.dumps(result, indent=1))
+    print(f"{args.steps} steps x {args.tasks_per_step} boards, lr 0 (one fixed policy), verl - local per step:")
+    for name, c in result["comparison"].items():
+        print(
+            f"  {name:28} local {c['local']:7.3f}  verl {c['verl']:7.3f}  "
+            f"difference {c['difference']:+.3f} ± {c['se']:.3f} ({c['z']:+.1f} SE)"
+        )
+
+
+if __name__ == "__main__":
+    main()

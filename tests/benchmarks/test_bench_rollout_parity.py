@@ -1,0 +1,56 @@
+"""benchmarks/bench_rollout_parity.py: both engines' step metrics under one set of names, and the paired comparison."""
+
+import math
+
+import pytest
+from script_testkit import loaded_script
+
+
+@pytest.fixture(scope="module")
+def bench():
+    with loaded_script("benchmarks/bench_rollout_parity.py", "bench_rollout_parity") as module:
+        yield module
+
+
+def local_row(plan_turn1_samples: float) -> dict:
+    row = {}
+    for role in ("tool", "plan"):
+        row |= {
+            f"rollout/{role}/reward": 0.5,
+            f"rollout/{role}/invalid_move_share": 0.25,
+            f"rollout/{role}/zero_variance_share": 0.75,
+            f"rollout/{role}/turn0/samples": 8.0,
+            f"rollout/{role}/turn0/reward": 1.0 if role == "tool" else 0.0,
+        }
+    row["rollout/plan/turn1/samples"] = plan_turn1_samples
+    row["rollout/plan/turn1/reward"] = 2.0
+    return row
+
+
+def test_local_turn_figures_pool_the_roles_as_verl_does(bench):
+    metrics = bench.local_step_metrics(local_row(4.0))
+    assert metrics["turn_0/samples"] == 16.0 and metrics["turn_0/reward"] == pytest.approx(0.5)  # (8*1 + 8*0) / 16
+    assert metrics["turn_1/samples"] == 4.0 and metrics["turn_1/reward"] == pytest.approx(2.0)  # the plan's only
+    assert metrics["turn_2/samples"] == 0.0 and "turn_2/reward" not in metrics  # no task reached it
+    assert metrics["plan/invalid_share"] == 0.25
+
+
+def test_verl_names_map_to_the_same_figures(bench):
+    row = {f"mas/{r}/{k}": v for r in ("tool", "plan") for k, v in (("reward/mean", 0.5), ("invalid_share", 0.25))}
+    row |= {f"mas/{r}/zero_variance_group_share": 0.75 for r in ("tool", "plan")}
+    row |= {"mas/turn_0/samples": 16.0, "mas/turn_0/reward/mean": 0.5, "mas/turn_1/samples": 4.0}
+    metrics = bench.verl_step_metrics(row)
+    local = bench.local_step_metrics(local_row(4.0))
+    assert {k: v for k, v in metrics.items() if k != "turn_1/reward"} == {
+        k: v for k, v in local.items() if k != "turn_1/reward"
+    }
+
+
+def test_compare_pairs_steps_and_gives_the_standard_error_of_the_differences(bench):
+    local = {1: {"m": 1.0}, 2: {"m": 2.0}, 3: {"m": 3.0}, 4: {"m": 0.0}}
+    verl = {1: {"m": 1.5}, 2: {"m": 2.0}, 3: {"m": 4.0}, 5: {"m": 9.0}}  # step 4 and 5 are in one engine only
+    result = bench.compare(local, verl)["m"]
+    assert result["steps"] == 3
+    assert result["difference"] == pytest.approx(0.5)  # 0.5, 0.0, 1.0
+    assert result["se"] == pytest.approx(0.5 / math.sqrt(3))  # sd of (0.5, 0, 1) is 0.5
+    assert result["local"] == pytest.approx(2.0) and result["verl"] == pytest.approx(2.5)
