@@ -1,11 +1,12 @@
 """Benchmark: do verl's rollouts (vLLM on CPU, the `mas_agent` loop) draw what the local engine's rollouts draw?
 
-Both engines run `--steps` steps with the learning rate at 0 from `bench_verl_learning.py`'s warm start, on the same
-boards in the same order (`data.shuffle=false`), so every step samples one fixed policy on the same 16 boards in both
-engines. Per step, each engine logs per-role rewards, invalid-move shares and zero-variance group shares, and per
-turn the samples (how many tasks reached that turn, times K and the roles) and the mean reward. The report is, per
-metric, the mean over steps of (verl - local) with its standard error over steps: a difference beyond noise is a
-difference in how the engines sample or score, with the weights and boards held equal.
+Both engines run `--steps` steps at a learning rate of 1e-12 (Adam moves a weight by about that much a step, so the
+policy stays fixed; 0 is refused) from `bench_verl_learning.py`'s warm start, on the same boards in the same order
+(`data.shuffle=false`), so every step samples one policy on the same 16 boards in both engines. Per step, each
+engine logs per-role rewards, invalid-move shares and zero-variance group shares, and per turn the samples (how many
+tasks reached that turn, times K and the roles) and the mean reward. The report is, per metric, the mean over steps
+of (verl - local) with its standard error over steps: a difference beyond noise is a difference in how the engines
+sample or score, with the weights and boards held equal.
 
     OMP_NUM_THREADS=1 python benchmarks/bench_rollout_parity.py --steps 30
 """
@@ -34,6 +35,7 @@ from bench_verl_learning import ROOT, WORK, local_config, verl_command, with_key
 RESULTS = ROOT / "docs" / "results" / "rollout_parity.json"
 ROLES = ("tool", "plan")
 TURNS = (0, 1, 2)
+FROZEN_LR = 1e-12
 
 
 # per-role figures: (the local engine's key, verl's key)
@@ -109,7 +111,7 @@ def main() -> None:
     # bench_verl_learning's settings (its evaluation is not run here; one eval task keeps the local run light)
     args.router, args.eval_tasks, args.eval_every, args.threads = "shared", 1, args.steps, 1
     work = WORK / "rollout_parity"
-    config = apply_overrides(local_config(args, work / "local"), {"update": {"lr": 0.0}, "checkpoint_every": 0})
+    config = apply_overrides(local_config(args, work / "local"), {"update": {"lr": FROZEN_LR}, "checkpoint_every": 0})
     model = WORK / "model"
     if not model.exists():
         export_policies(apply_overrides(local_config(args, WORK / "warm_start"), {"router": "shared"}), model)
@@ -137,7 +139,7 @@ def main() -> None:
         "verl_steps": verl,
     }
     RESULTS.write_text(json.dumps(result, indent=1))
-    print(f"{args.steps} steps x {args.tasks_per_step} boards, lr 0 (one fixed policy), verl - local per step:")
+    print(f"{args.steps} steps x {args.tasks_per_step} boards, lr {FROZEN_LR} (one policy), verl - local per step:")
     for name, c in result["comparison"].items():
         print(
             f"  {name:28} local {c['local']:7.3f}  verl {c['verl']:7.3f}  "

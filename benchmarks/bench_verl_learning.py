@@ -212,6 +212,33 @@ def curve(boards: dict[int, dict[str, list[float]]]) -> dict[str, dict]:
     return out
 
 
+def training_spread(boards: dict[str, dict[int, dict]], spread: dict[int, dict[int, dict]]) -> dict[str, list[dict]]:
+    """Per mode and checkpoint: the held-out success of every local run (the main one and each sampler seed's, which
+    differ in their training samples only), their mean and sd, verl's reading, and how many local sds it lies from
+    their mean: the spread two training runs of one engine show, to read the engines' difference against."""
+    runs = [boards["local"], *spread.values()]
+    out = {}
+    for mode in ("greedy", "sampled"):
+        rows = []
+        for step in sorted(set(boards["verl"]).intersection(*runs)):
+            local = [float(np.mean(run[step][mode])) for run in runs]
+            verl = float(np.mean(boards["verl"][step][mode]))
+            sd = float(np.std(local, ddof=1)) if len(local) > 1 else math.nan
+            mean = float(np.mean(local))
+            rows.append(
+                {
+                    "step": step,
+                    "local": local,
+                    "local_mean": mean,
+                    "local_sd": sd,
+                    "verl": verl,
+                    "verl_in_local_sds": (verl - mean) / sd if sd > 0 else math.nan,
+                }
+            )
+        out[mode] = rows
+    return out
+
+
 def run_local(config: LocalTrainConfig, model: Path) -> dict:
     started = time.monotonic()
     with LoadSampler() as load:
@@ -304,6 +331,10 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
     engines = {engine: cached(work / f"{engine}.json", runs[engine], args.reuse) for engine in args.engines}
     if args.engines != ENGINES:  # one engine's run, kept in the work folder for a later --reuse
         return None
+    spread_runs = {seed: work / f"local_sampler{seed}" for seed in args.local_sampler_seeds}
+    for seed, folder in spread_runs.items():  # the same boards and warm start, other samples
+        spread_config = apply_overrides(config, {"sampler_seed": seed, "output_dir": str(folder)})
+        cached(folder.with_suffix(".json"), lambda c=spread_config: run_local(c, model), args.reuse)
     evaluate = Evaluator(apply_overrides(config, {"model": {"path": str(model)}}), args.eval_samples)
     policies = list(evaluate.run.models)
     checkpoints = {
@@ -316,14 +347,19 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
     for engine, found in checkpoints.items():
         for step, weights in found.items():
             boards[engine][step] = evaluate(weights)
+    spread = {seed: {0: warm} for seed in spread_runs}
+    for seed, folder in spread_runs.items():
+        for step, weights in local_checkpoints(folder / "checkpoints").items():
+            spread[seed][step] = evaluate(weights)
     result = {
         "date": datetime.date.today().isoformat(),
         "command": "python benchmarks/bench_verl_learning.py "
         + " ".join(
             f"--{k.replace('_', '-')} {v}"
             for k, v in vars(args).items()
-            if k not in ("plot", "reuse", "engines", "verl_stopped")
-        ),
+            if k not in ("plot", "reuse", "engines", "verl_stopped", "local_sampler_seeds")
+        )
+        + (f" --local-sampler-seeds {' '.join(map(str, spread_runs))}" if spread_runs else ""),
         "router": args.router,
         "seed": args.seed,
         "boards": args.eval_tasks,
@@ -339,6 +375,8 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
             }
             for mode in ("greedy", "sampled")
         },
+        "local_sampler_runs": {str(seed): curve(found) for seed, found in spread.items()},
+        "training_spread": training_spread(boards, spread),
         "boards_per_step": boards,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -359,6 +397,12 @@ def print_report(path: Path) -> None:
             print(f"  {mode:7} {engine:5} {readings}   {change}")
         gaps = result["verl_minus_local"][mode]
         print(f"  {mode:7} verl - local: " + "  ".join(f"{s}:{d['mean']:+.3f}±{d['se']:.3f}" for s, d in gaps.items()))
+    for mode, rows in result.get("training_spread", {}).items():
+        if rows and len(rows[0]["local"]) > 1:
+            shown = "  ".join(
+                f"{r['step']}:{r['local_mean']:.3f}±{r['local_sd']:.3f}/{r['verl_in_local_sds']:+.1f}" for r in rows
+            )
+            print(f"  {mode:7} local runs mean±sd / verl in local sds: {shown}")
     for engine in ENGINES:
         times = result["engines"][engine]["times"]
         shown = ", ".join(f"{k} {'-' if v is None else f'{v:.2f}'}" for k, v in times.items())
@@ -418,6 +462,14 @@ def main() -> None:
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=ENGINES, help="train only these")
     parser.add_argument("--stop-at", type=int, help="stop verl's run once it has saved this step (partial)")
     parser.add_argument("--verl-stopped", action="store_true", help="summarise the verl run stopped in the work folder")
+    parser.add_argument(
+        "--local-sampler-seeds",
+        nargs="*",
+        type=int,
+        default=[],
+        help="also train the local engine with these sampler seeds (same boards and warm start) and evaluate them: "
+        "the spread of training runs",
+    )
     parser.add_argument("--reuse", action="store_true", help="take finished engine runs from the work folder")
     parser.add_argument("--plot", action="store_true", help="only report and chart the saved results")
     args = parser.parse_args()

@@ -50,3 +50,22 @@ def test_saved_step_is_the_last_step_every_policy_saved(bench, tmp_path):
         (tmp_path / policy).mkdir()
         (tmp_path / policy / "latest_checkpointed_iteration.txt").write_text(step)
     assert bench.saved_step(tmp_path) == 10
+
+
+def test_training_spread_reads_verl_against_the_local_runs_mean_and_sd(bench):
+    def board_results(greedy):
+        return {"greedy": greedy, "sampled": [0.5, 0.5]}
+
+    boards = {
+        "local": {0: board_results([0.0, 1.0]), 25: board_results([1.0, 1.0])},  # 0.5, then 1.0
+        "verl": {0: board_results([0.0, 1.0]), 25: board_results([0.0, 0.0])},  # 0.5, then 0.0
+    }
+    spread = {1: {0: board_results([0.0, 1.0]), 25: board_results([0.0, 1.0])}, 2: {0: board_results([0.0, 1.0])}}
+    rows = bench.training_spread(boards, spread)["greedy"]
+    assert [row["step"] for row in rows] == [0]  # sampler seed 2 has no step 25: only steps every run has
+    spread.pop(2)
+    first, second = bench.training_spread(boards, spread)["greedy"]
+    assert math.isnan(first["verl_in_local_sds"])  # every run reads 0.5: no spread
+    assert second["local"] == [1.0, 0.5] and second["local_mean"] == pytest.approx(0.75)
+    assert second["local_sd"] == pytest.approx(np.std([1.0, 0.5], ddof=1))
+    assert second["verl_in_local_sds"] == pytest.approx((0.0 - 0.75) / np.std([1.0, 0.5], ddof=1))

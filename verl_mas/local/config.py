@@ -111,6 +111,9 @@ class LocalTrainConfig:
     # sampling.temperature, as `eval_sampled/success`, next to greedy decoding's `eval/success`.
     eval_samples: int = 2
     seed: int = 0
+    # The training sampler's seed (None: `seed`). Another value draws other samples on the same boards from the same
+    # warm start, which measures how far two training runs drift apart on sampling alone.
+    sampler_seed: int | None = None
     output_dir: str = "runs/default"
     checkpoint_every: int = 0
     model: ModelSpec = field(default_factory=ModelSpec)
@@ -198,6 +201,7 @@ RATE = Range(0, low_open=True)  # learning rates, temperatures, epsilons
 WEIGHT = Range(0)  # coefficients that 0 switches off
 PROBABILITY = Range(0, 1)
 SEED = Range(0, 2**32 - 1, integer=True)  # numpy's seed range
+OPTIONAL_SEED = Range(0, 2**32 - 1, integer=True, optional=True)
 
 # Every numeric key of LocalTrainConfig, by its dotted name (a tuple's or mapping's rule holds for each item).
 # NaN and infinities are refused everywhere: they surface, if at all, far from the key that caused them.
@@ -211,6 +215,7 @@ NUMERIC_KEYS: dict[str, Range] = {
     "eval_every": COUNT,
     "eval_samples": COUNT_OR_ZERO,
     "seed": SEED,
+    "sampler_seed": OPTIONAL_SEED,
     "checkpoint_every": COUNT_OR_ZERO,
     "model.hidden": COUNT,
     "model.layers": COUNT,

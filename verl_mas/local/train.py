@@ -127,7 +127,8 @@ class LocalRun:
         warn_of_cut_moves(self.tokenizer, pairs, config.sampling, log)
         policies = build_policies(config, self.router.policies, self.tokenizer, pairs, self.device, log)
         self.models, self.trainers, self.served = policies.models, policies.trainers, policies.served
-        self.sampler = BatchingGenerator(self.served, config.sampling, seed=config.seed)
+        sampler_seed = config.seed if config.sampler_seed is None else config.sampler_seed
+        self.sampler = BatchingGenerator(self.served, config.sampling, seed=sampler_seed)
         greedy = dataclasses.replace(config.sampling, greedy=True)
         self.evaluator = BatchingGenerator(self.served, greedy, seed=config.seed)
         # Its own stream, restarted at every evaluation: evaluating never shifts the training samples, and every

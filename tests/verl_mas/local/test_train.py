@@ -77,3 +77,36 @@ def test_local_advantages_come_from_verls_estimator_registry(monkeypatch):
     samples = [sample("t", "a", 0, 1.0), sample("t", "a", 0, 3.0)]
     assert sample_advantages(samples, "task").tolist() == pytest.approx([-(0.5**0.5), 0.5**0.5], abs=1e-5)
     assert calls == ["task"]
+
+
+def test_sampler_seed_draws_other_samples_on_the_same_boards_and_nothing_else_moves():
+    from verl_mas.local.train import LocalRun
+    from verl_mas.overrides import apply_overrides
+
+    base = apply_overrides(
+        LocalTrainConfig(),
+        TINY
+        | {
+            "warm_start": {"tasks": 4, "epochs": 1},
+            "model": {"hidden": 32, "vocab_size": 300},
+            "sampling": {"max_new_tokens": 8},
+            "progress": False,
+        },
+    )
+
+    def draws(config):
+        run = LocalRun(config, log=lambda _: None)
+        tasks = make_tasks(config, "train", 0, 4)
+        texts = [s.text for r in run.rollout(tasks, run.sampler, 4, "tree") for s in r.samples]
+        weights = [p.detach().clone() for p in next(iter(run.models.values())).parameters()]
+        return [t.seed for t in tasks], texts, weights
+
+    boards, texts, weights = draws(base)
+    same = draws(apply_overrides(base, {"sampler_seed": 0}))  # the run's seed, given explicitly
+    other = draws(apply_overrides(base, {"sampler_seed": 7}))
+    assert same[0] == boards and same[1] == texts
+    assert other[0] == boards  # the same boards
+    assert all(torch.equal(a, b) for a, b in zip(other[2], weights, strict=True))  # the same warm start
+    assert other[1] != texts  # other samples
+    with pytest.raises(ValueError, match="sampler_seed must be an integer in"):
+        apply_overrides(base, {"sampler_seed": -1})
