@@ -437,6 +437,17 @@ def plot(paths: list[Path]) -> None:
                     label=f"{engine}, {mode}",
                 )
                 axis.axhline(start, color="grey", linewidth=0.5)
+        for seed, runs in result.get("local_sampler_runs", {}).items():  # the spread of local training runs
+            for mode, style in (("sampled", "-"), ("greedy", "--")):
+                c = runs[mode]
+                label = (
+                    "local, other sampler seeds"
+                    if mode == "sampled" and seed == min(result["local_sampler_runs"])
+                    else None
+                )
+                axis.plot(
+                    c["steps"], c["success"], color="tab:blue", alpha=0.3, linewidth=0.8, linestyle=style, label=label
+                )
         axis.set_title(f"router={result['router']} ({result['boards']} boards, seed {result['seed']})")
         axis.set_xlabel("AT-GRPO step")
         axis.set_ylabel("held-out success")
