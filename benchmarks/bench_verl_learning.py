@@ -285,7 +285,10 @@ def verl_summary(run: CpuRun) -> dict:
         if key.startswith("val-core/") and "/acc/" in key
     }
     rows_per_update = sorted({len(record["rows"]) for record in run.audit()})
-    probs_gap = [row["training/rollout_probs_diff_max"] for row in steps if "training/rollout_probs_diff_max" in row]
+    # one gap per step and policy: verl logs it unprefixed for one policy, as policy/<id>/training/... for several
+    probs_gap = [
+        value for row in steps for key, value in row.items() if key.endswith("training/rollout_probs_diff_max")
+    ]
     return {
         "wall_s": run.wall_s,
         "stopped_early": run.returncode is None,
@@ -491,6 +494,8 @@ def main() -> None:
         plot(paths)
         return
     args.engines = tuple(args.engines)
+    if args.seed in args.local_sampler_seeds:
+        parser.error(f"--local-sampler-seeds {args.seed}: the main local run already samples with --seed {args.seed}")
     path = train_and_evaluate(args)
     if path is not None:
         print_report(path)

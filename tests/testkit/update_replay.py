@@ -44,6 +44,10 @@ def load_captured_update(path: Path) -> CapturedUpdate:
                     f"{path}: row {i}'s {name} has {len(fields[name][i])} values for a response of "
                     f"{len(fields['responses'][i])} tokens"
                 )
+    if "input_ids" in fields:  # the sequence the actor scored is the prompt followed by the response
+        for i in real:
+            if not torch.equal(torch.cat([fields["prompts"][i], fields["responses"][i]]), fields["input_ids"][i]):
+                raise ValueError(f"{path}: row {i}'s input_ids are not its prompt followed by its response")
     n, width_p, width_r = len(real), max(len(p) for p in prompts), max(len(r) for r in responses)
 
     def right_padded(name: str, dtype: torch.dtype) -> torch.Tensor:

@@ -217,11 +217,11 @@ def check_update_replay(stack: Path, capture: Path, checkpoints: Path, logged: l
     the captured batches (one optimizer step each, the launch's optimizer settings), give verl's loss, gradient norm
     and weights at both steps: the second step also holds the optimizer state the first left (Adam's moments)."""
     model = load_model(str(stack / "model"))
-    trainer = PolicyTrainer(
-        model, UpdateConfig(lr=LR)
-    )  # verl's actor defaults otherwise: weight decay 0.01, betas, eps
+    # the launch's lr and sampling temperature (mas_defaults: 1.0); verl's actor defaults otherwise: weight decay 0.01
+    trainer = PolicyTrainer(model, UpdateConfig(lr=LR, temperature=1.0))
     before = initial_weights(stack)
     for step, verl_logged in zip((1, 2), logged, strict=True):
+        assert verl_logged["training/global_step"] == step
         captured = load_captured_update(capture / f"step_{step}" / "shared.pt")
         assert captured.padding_rows >= 8, "verl's zero-mask padding rows should be there to leave out"
         mask = captured.tensors.response_mask
@@ -231,8 +231,8 @@ def check_update_replay(stack: Path, capture: Path, checkpoints: Path, logged: l
         print(f"replay of step {step}: local {replayed}, verl {verl_logged}")
         assert replayed["optimizer_steps"] == step
         assert replayed["pg_loss"] == pytest.approx(on_policy_loss, abs=1e-4)
-        assert verl_logged["actor/pg_loss"] == pytest.approx(on_policy_loss, abs=1e-4)
-        # measured 2026-11-26: 0.5176266 on both at step 1 (float32 on both sides, other kernels)
+        assert replayed["pg_loss"] == pytest.approx(verl_logged["actor/pg_loss"], rel=1e-5, abs=1e-7)
+        # equal to 7 digits on 2026-11-26 (float32 on both sides, other kernels)
         assert replayed["grad_norm"] == pytest.approx(verl_logged["actor/grad_norm"], rel=1e-4)
         local_after = {name: t.detach().float().clone() for name, t in model.state_dict().items()}
         verl_after = actor_weights(checkpoints / f"global_step_{step}")
