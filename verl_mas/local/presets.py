@@ -87,6 +87,7 @@ KEY_HELP: dict[str, str] = {
     "eval_every": "evaluate every this many steps (and after the last)",
     "eval_samples": "> 0: also evaluate the sampling policy, this many episodes per task at sampling.temperature",
     "seed": "seeds the tasks, the models, the warm start and sampling",
+    "sampler_seed": "the training sampler's seed instead of seed: other samples, same tasks and warm start; null: seed",
     "output_dir": "where config.json, metrics.jsonl, learning_curve.png, checkpoints/ and tb/ go",
     "checkpoint_every": "checkpoint every this many steps (and after the last); 0: never",
     "model": "model.path: any HF causal LM (its tokenizer too); empty: a tiny Llama of model.hidden/layers/heads",
