@@ -16,11 +16,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
-import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from verl_mas.dataset import write_dataset
@@ -30,7 +29,7 @@ from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import run_on_cpu
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_verl_learning import ROOT, WORK, local_config, verl_command, with_keys  # noqa: E402  (a sibling script)
+from bench_verl_learning import ROOT, WORK, local_config, paired, verl_command, with_keys  # noqa: E402  (a sibling script)
 
 RESULTS = ROOT / "docs" / "results" / "rollout_parity.json"
 ROLES = ("tool", "plan")
@@ -77,7 +76,7 @@ def verl_step_metrics(row: dict) -> dict[str, float]:
 
 
 def compare(local: dict[int, dict[str, float]], verl: dict[int, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """Per metric, over the steps both engines logged it: the engines' means and the mean of the per-step
+    """Per metric, over the steps both engines logged it: the engines' means and `paired`'s mean of the per-step
     differences verl - local with its standard error (sd / sqrt(steps)) and z."""
     out = {}
     steps = sorted(set(local) & set(verl))
@@ -85,16 +84,16 @@ def compare(local: dict[int, dict[str, float]], verl: dict[int, dict[str, float]
         both = [step for step in steps if name in local[step] and name in verl[step]]
         if len(both) < 2:
             continue
-        differences = [verl[s][name] - local[s][name] for s in both]
-        se = statistics.stdev(differences) / math.sqrt(len(both))
-        mean = statistics.fmean(differences)
+        local_values = np.array([local[s][name] for s in both])
+        verl_values = np.array([verl[s][name] for s in both])
+        difference = paired(verl_values, local_values)
         out[name] = {
             "steps": len(both),
-            "local": statistics.fmean(local[s][name] for s in both),
-            "verl": statistics.fmean(verl[s][name] for s in both),
-            "difference": mean,
-            "se": se,
-            "z": mean / se if se > 0 else math.nan,
+            "local": float(local_values.mean()),
+            "verl": float(verl_values.mean()),
+            "difference": difference["mean"],
+            "se": difference["se"],
+            "z": difference["z"],
         }
     return out
 

@@ -37,6 +37,7 @@ import learning  # noqa: E402  (the harness this experiment runs on, in the same
 from verl_mas import rollout as verl_mas_rollout  # noqa: E402
 from verl_mas.env import INFRA_FAILURE  # noqa: E402
 from verl_mas.local import train as local_train  # noqa: E402
+from verl_mas.local.reporting import METRICS_FILE, read_metrics  # noqa: E402
 
 ENV = "code"
 DEFAULT_OUT = learning.REPO / "runs" / "code_tester"
@@ -107,8 +108,8 @@ class TesterRecorder:
 
 
 def history(out: Path, arm: str, seed: int) -> list[dict[str, Any]]:
-    path = out / ENV / f"seed{seed}" / arm / learning.METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+    folder = out / ENV / f"seed{seed}" / arm
+    return read_metrics(folder) if (folder / METRICS_FILE).is_file() else []
 
 
 def last_eval(rows: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -48,6 +48,7 @@ from verl_mas.advantage import GROUPINGS  # noqa: E402
 from verl_mas.env import StepResult, register_env  # noqa: E402
 from verl_mas.local import train as local_train  # noqa: E402
 from verl_mas.local.presets import apply_train_overrides  # noqa: E402
+from verl_mas.local.reporting import METRICS_FILE, read_metrics  # noqa: E402
 from verl_mas.overrides import parse_overrides  # noqa: E402
 from verl_mas.sample import Sample  # noqa: E402
 from verl_mas_envs.puzzles.plan_path import PlanPathConfig, PlanPathEnv  # noqa: E402
@@ -275,8 +276,8 @@ def paired_metrics(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> list
     first: dict[tuple[str, int], dict[str, float]] = {}
     for arm in arms:
         for seed in seeds:
-            path = out / ENV / f"seed{seed}" / arm / learning.METRICS_FILE
-            rows = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+            folder = out / ENV / f"seed{seed}" / arm
+            rows = read_metrics(folder) if (folder / METRICS_FILE).is_file() else []
             evals = [row for row in rows if "eval/success" in row]
             if len(evals) > 1:
                 first[arm, seed], last[arm, seed] = evals[0], evals[-1]

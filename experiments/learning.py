@@ -24,7 +24,7 @@ from transformers.utils import logging as transformers_logging
 
 from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, config_json
 from verl_mas.local.presets import apply_train_overrides, resolve_train_config
-from verl_mas.local.reporting import METRICS_FILE
+from verl_mas.local.reporting import read_metrics
 from verl_mas.local.train import LocalRun, train
 from verl_mas.local.warm_start import warm_start_env_options
 from verl_mas.overrides import parse_overrides
@@ -271,7 +271,7 @@ def saved_history(config: LocalTrainConfig) -> list[dict[str, Any]] | None:
     folder = Path(config.output_dir)
     try:
         saved = (folder / CONFIG_FILE).read_text()
-        history = [json.loads(line) for line in (folder / METRICS_FILE).read_text().splitlines()]
+        history = read_metrics(folder)
     except (OSError, json.JSONDecodeError):
         return None
     return history if saved == config_json(config) else None

@@ -28,7 +28,7 @@ from typing import Any
 
 from verl_mas.env import make_env
 from verl_mas.local.config import CONFIG_FILE, read_config
-from verl_mas.local.reporting import METRICS_FILE
+from verl_mas.local.reporting import read_metrics
 from verl_mas.local.train import LocalRun, find_checkpoint, make_tasks
 from verl_mas.rollout import EpisodeResult
 from verl_mas_envs.puzzles.grid import IllegalMove, parse_actions
@@ -148,7 +148,7 @@ def compare(label: str, run_folder: Path, starts: dict[str, dict[str, Any]], win
     if key not in starts:
         starts[key] = replay(run_folder, False)
     before, after = starts[key], replay(run_folder, True)
-    history = [json.loads(line) for line in (run_folder / METRICS_FILE).read_text().splitlines()]
+    history = read_metrics(run_folder)
     greedy = [[float(o["success"]) for o in side["openings"]] for side in (before, after)]
     return {
         "label": label,

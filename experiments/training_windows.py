@@ -23,15 +23,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sokoban_replies import WINDOW_KEYS, training_windows  # noqa: E402  (a sibling script)
 
-from verl_mas.local.reporting import METRICS_FILE  # noqa: E402
+from verl_mas.local.reporting import read_metrics  # noqa: E402
 
 
 def label_windows(folders: Sequence[Path], width: int) -> list[dict[str, Any]]:
     """Per window: the steps it spans, and per key the mean over runs, its standard error and the number of runs."""
     per_run = []
     for folder in folders:
-        history = [json.loads(line) for line in (folder / METRICS_FILE).read_text().splitlines()]
-        per_run.append(training_windows(history, width))
+        per_run.append(training_windows(read_metrics(folder), width))
     shortest = min(len(windows) for windows in per_run)
     table = []
     for i in range(shortest):

@@ -1,4 +1,5 @@
-"""Where a local run's metrics go: metrics.jsonl always, TensorBoard when asked, progress bar or log, the curve PNG."""
+"""Where a local run's metrics go: metrics.jsonl always (and reading it back), TensorBoard when asked, progress bar or
+log, the curve PNG."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from tqdm import tqdm
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tb"
+
+
+def read_metrics(run_folder: Path) -> list[dict[str, float]]:
+    """The rows a run wrote to `run_folder`/metrics.jsonl, in order."""
+    return [json.loads(line) for line in (Path(run_folder) / METRICS_FILE).read_text().splitlines()]
 
 
 class MetricsSink:
