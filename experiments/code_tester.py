@@ -13,7 +13,8 @@ move's `info` (`TesterRecorder`), into the runs' `metrics.jsonl`:
 
 with prefix `rollout` (the training step's samples), `eval` (greedy) and `eval_sampled`. Both rules' figures are
 recorded in every arm, whichever rule it trains on. It writes learning.py's table (`OUT.md`) and `OUT/tester.md`:
-paired differences between every two arms (success, and the tester's shares) and the shares over training.
+each arm's held-out gain through RL (every seed's run against its own warm start), paired differences between every
+two arms (success, and the tester's shares) and the shares over training.
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python experiments/code_tester.py --seeds 0 1 2 3 progress=false
     .venv/bin/python experiments/code_tester.py --seeds 0 1 2 3 --collect   # the tables from what is saved
@@ -140,6 +141,22 @@ def paired_rows(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> list[di
     return rows
 
 
+GAINED = ("eval/success", "eval_sampled/success")
+
+
+def gain_rows(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """Per arm and metric of `GAINED`: the last evaluation's value minus the first's (before RL) in each seed's run,
+    so each seed is paired with its own warm start; mean, SE and 95% t interval over the seeds."""
+    rows = []
+    for arm in arms:
+        evals = {seed: [row for row in history(out, arm, seed) if "eval/success" in row] for seed in seeds}
+        for metric in GAINED:
+            both = [s for s in seeds if last_eval(evals[s]) and metric in evals[s][0] and metric in evals[s][-1]]
+            gains = [evals[s][-1][metric] - evals[s][0][metric] for s in both]
+            rows.append({"arm": arm, "metric": metric, "seeds": both, **learning.difference_summary(gains)})
+    return rows
+
+
 def share_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], width: int) -> list[dict[str, Any]]:
     """Per arm and share: its mean over seeds in the first and last `width` training steps, and at the held-out
     evaluations (sampled) before RL and after, with the standard error over seeds of the change."""
@@ -215,8 +232,17 @@ def interval(summary: dict[str, Any]) -> str:
     return number(summary["mean"], True) + se + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
 
 
-def report_lines(paired: list[dict[str, Any]], shares: list[dict[str, Any]], width: int) -> list[str]:
-    lines = ["# Code tester: paired differences and the tester's shares", ""]
+def report_lines(
+    gains: list[dict[str, Any]], paired: list[dict[str, Any]], shares: list[dict[str, Any]], width: int
+) -> list[str]:
+    lines = ["# Code tester: held-out gains, paired differences and the tester's shares", ""]
+    table = [["arm", "metric", "seeds", "after - before: mean (SE) [95% interval]", "per seed"]]
+    for row in gains:
+        if row["seeds"]:
+            per_seed = " ".join(f"{d:+.3f}" for d in row["per_seed"])
+            table.append([row["arm"], row["metric"], str(len(row["seeds"])), interval(row), per_seed])
+    lines += ["## Held-out gain through RL (each seed's run against its own warm start)", ""]
+    lines += [learning.markdown_table(table), ""]
     table = [["arm - other arm", "metric", "seeds", "mean (SE) [95% interval]", "per seed"]]
     for row in paired:
         if row["seeds"]:
@@ -291,12 +317,13 @@ def main(argv: list[str] | None = None) -> None:
     learning_argv += [*DEFAULT_OVERRIDES, *args.overrides] + (["--collect"] if args.collect else [])
     command = ["python", str(Path(__file__).resolve().relative_to(learning.REPO)), *args.argv]
     learning.main(learning_argv, command=command)
+    gains = gain_rows(args.out, args.arms, args.seeds)
     paired = paired_rows(args.out, args.arms, args.seeds)
     shares = share_rows(args.out, args.arms, args.seeds, args.window)
     found = curves(args.out, args.arms, args.seeds)
-    report = {"command": shlex.join(command), "paired": paired, "shares": shares, "curves": found}
+    report = {"command": shlex.join(command), "gains": gains, "paired": paired, "shares": shares, "curves": found}
     (args.out / "tester.json").write_text(json.dumps(report, indent=2))
-    text = "\n".join(report_lines(paired, shares, args.window) + curve_lines(found)) + "\n"
+    text = "\n".join(report_lines(gains, paired, shares, args.window) + curve_lines(found)) + "\n"
     (args.out / "tester.md").write_text(text)
     plot_shares(args.out, [arm for arm in args.arms if arm != "single_grpo"], args.seeds, args.out / "tester_catch.png")
     print(text)

@@ -1,6 +1,7 @@
 """experiments/code_tester.py's tester shares from hand-made move infos, and learning.py's tester-rule arms."""
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,39 @@ def test_the_rule_arms_share_the_team_warm_start_and_differ_in_the_tester_reward
     assert all(run.env_options["brief_examples"] and not run.env_options["single_agent"] for run in runs.values())
     warm = learning.warm_start_run_config(config, False, Path("/warm"))  # built from the env's config, no arm's
     assert "tester_reward" not in warm.env_options
+
+
+def write_run(out: Path, arm: str, seed: int, rows: list[dict]) -> None:
+    folder = out / "code" / f"seed{seed}" / arm
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_each_arms_gain_is_paired_with_its_own_warm_start_per_seed(code_tester, tmp_path) -> None:
+    def evaluation(step: int, greedy: float, sampled: float | None = None) -> dict:
+        row = {"step": step, "eval/success": greedy}
+        return row | ({"eval_sampled/success": sampled} if sampled is not None else {})
+
+    train = {"step": 1, "rollout/success": 0.9}  # a training row: no evaluation, so it is not read as one
+    write_run(tmp_path, "at_grpo_catch_share", 0, [evaluation(0, 0.5, 0.4), train, evaluation(2, 0.75, 0.5)])
+    write_run(tmp_path, "at_grpo_catch_share", 1, [evaluation(0, 1.0, 0.9), train, evaluation(2, 0.5, 0.8)])
+    write_run(tmp_path, "at_grpo_catch_share", 2, [evaluation(0, 0.2, 0.2), train])  # unfinished: left out
+    write_run(tmp_path, "single_grpo", 0, [evaluation(0, 0.1), evaluation(2, 0.3)])  # no sampled evaluations
+    arms = ["at_grpo_catch_share", "single_grpo"]
+    rows = {(r["arm"], r["metric"]): r for r in code_tester.gain_rows(tmp_path, arms, [0, 1, 2])}
+
+    greedy = rows["at_grpo_catch_share", "eval/success"]
+    assert greedy["seeds"] == [0, 1] and greedy["per_seed"] == pytest.approx([0.25, -0.5])
+    assert greedy["mean"] == pytest.approx(-0.125)
+    assert greedy["se"] == pytest.approx(0.375)  # stdev of (0.25, -0.5) / sqrt 2
+    half = 12.706 * 0.375  # Student's t with 1 degree of freedom
+    assert greedy["ci95"] == pytest.approx([-0.125 - half, -0.125 + half], abs=1e-3)
+    sampled = rows["at_grpo_catch_share", "eval_sampled/success"]
+    assert sampled["per_seed"] == pytest.approx([0.1, -0.1])
+    assert rows["single_grpo", "eval/success"]["per_seed"] == pytest.approx([0.2])
+    assert rows["single_grpo", "eval/success"]["se"] is None  # one seed: no spread to read
+    assert rows["single_grpo", "eval_sampled/success"]["seeds"] == []
+
+    text = "\n".join(code_tester.report_lines(list(rows.values()), [], [], 5))
+    assert "| at_grpo_catch_share | eval/success | 2 | -0.125 (0.375) [" in text
+    assert "| single_grpo | eval_sampled/success |" not in text  # no seed to show
