@@ -10,6 +10,8 @@ move's `info` (`TesterRecorder`), into the runs' `metrics.jsonl`:
 - `<prefix>/tester/credited_share`: the share of a reply's cases that earn credit (credit_share's reward without
   the -0.5 of an unreadable reply);
 - `<prefix>/tester/wrong_case_share`: the share of replies with a case the correct program fails;
+- `<prefix>/tester/turn<t>/<share>`: each of the three over turn t's tester moves alone (the first turn's are the
+  ones every episode has);
 
 with prefix `rollout` (the training step's samples), `eval` (greedy) and `eval_sampled`. Both rules' figures are
 recorded in every arm, whichever rule it trains on. It writes learning.py's table (`OUT.md`) and `OUT/tester.md`:
@@ -75,13 +77,23 @@ def tester_shares(moves: Sequence[tuple[bool, dict[str, Any]]]) -> dict[str, flo
     return shares | ({"catch_share": statistics.fmean(catches)} if catches else {})
 
 
+def tester_shares_by_turn(moves: Sequence[tuple[int, bool, dict[str, Any]]]) -> dict[str, float]:
+    """`tester_shares` of all the moves (turn, valid, info), and of each turn's as `turn<t>/<share>`: a later turn's
+    moves exist only where the coder has not yet solved the task, so the mix of turns shifts as the coder learns."""
+    shares = tester_shares([(valid, info) for _, valid, info in moves])
+    for turn in sorted({turn for turn, _, _ in moves}):
+        at_turn = tester_shares([(valid, info) for t, valid, info in moves if t == turn])
+        shares |= {f"turn{turn}/{name}": value for name, value in at_turn.items()}
+    return shares
+
+
 class TesterRecorder:
     """Adds the tester's `SHARES` to the local engine's rollout metrics: every sample's step result is kept as the
     rollout makes it (replays of a chosen move make no sample), from the start of a `LocalRun.rollout` (the warm
     start's expert rollouts make samples too) to the rollout metrics made of it."""
 
     def __init__(self) -> None:
-        self.moves: list[tuple[bool, dict[str, Any]]] = []
+        self.moves: list[tuple[int, bool, dict[str, Any]]] = []  # (turn, valid, info) of every tester move
         self.make_sample = verl_mas_rollout._make_sample
         self.rollout_metrics = local_train.rollout_metrics
         self.rollout = local_train.LocalRun.rollout
@@ -99,11 +111,11 @@ class TesterRecorder:
 
     def recording_make_sample(self, task, req, turn, branch, gen, step, reward, cont):
         if req.role == "tester":
-            self.moves.append((step.valid, dict(step.info)))
+            self.moves.append((turn, step.valid, dict(step.info)))
         return self.make_sample(task, req, turn, branch, gen, step, reward, cont)
 
     def metrics_with_shares(self, results, prefix: str = "rollout") -> dict[str, float]:
-        shares = tester_shares(self.moves)
+        shares = tester_shares_by_turn(self.moves)
         self.moves = []
         return self.rollout_metrics(results, prefix) | {f"{prefix}/tester/{k}": v for k, v in shares.items()}
 
@@ -158,13 +170,14 @@ def gain_rows(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> list[dict
 
 
 def share_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], width: int) -> list[dict[str, Any]]:
-    """Per arm and share: its mean over seeds in the first and last `width` training steps, and at the held-out
-    evaluations (sampled) before RL and after, with the standard error over seeds of the change."""
+    """Per arm and share (of every turn's tester moves, and of the first turn's): its mean over seeds in the first
+    and last `width` training steps, and at the held-out evaluations (sampled) before RL and after, with the standard
+    error over seeds of the change."""
     rows = []
     for arm in arms:
         runs = [history(out, arm, seed) for seed in seeds]
         runs = [rows_ for rows_ in runs if last_eval(rows_)]
-        for share in SHARES:
+        for share in (*SHARES, *(f"turn0/{name}" for name in SHARES)):
             key = f"rollout/tester/{share}"
             early = [v for r in runs if (v := training_window(r, key, True, width)) is not None]
             late = [v for r in runs if (v := training_window(r, key, False, width)) is not None]
@@ -178,7 +191,7 @@ def share_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], width: int)
                 {
                     "arm": arm,
                     "share": share,
-                    "seeds": len(runs),
+                    "seeds": max(len(early), len(pairs)),  # runs recorded before per-turn shares lack those
                     "train_first": statistics.fmean(early) if early else None,
                     "train_last": statistics.fmean(late) if late else None,
                     "eval_before": statistics.fmean(b for b, _ in pairs) if pairs else None,

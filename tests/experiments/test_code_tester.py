@@ -38,6 +38,21 @@ def test_the_shares_of_a_rollouts_tester_moves(code_tester) -> None:
     assert code_tester.tester_shares([]) == {}
 
 
+def test_the_shares_per_turn_are_the_same_rule_on_each_turns_moves(code_tester) -> None:
+    moves = [
+        (0, True, info(1, 0, 1, 2, 2, 0)),  # turn 0: catches both, fully credited
+        (0, False, {"error": "no usable test case", "degenerate": 1}),  # turn 0: unreadable
+        (1, True, info(2, 0, 0, 0, 2, 2)),  # turn 1: two wrong cases, catches nothing
+    ]
+    shares = code_tester.tester_shares_by_turn(moves)
+    assert shares["catch_share"] == pytest.approx(1 / 3)
+    assert shares["turn0/catch_share"] == pytest.approx(0.5)
+    assert shares["turn1/catch_share"] == 0.0
+    assert shares["turn0/wrong_case_share"] == 0.0 and shares["turn1/wrong_case_share"] == 1.0
+    assert shares["turn0/credited_share"] == pytest.approx(0.5) and shares["credited_share"] == pytest.approx(1 / 3)
+    assert set(shares) == {f"{prefix}{name}" for prefix in ("", "turn0/", "turn1/") for name in code_tester.SHARES}
+
+
 def test_the_rule_arms_share_the_team_warm_start_and_differ_in_the_tester_reward_only(code_tester) -> None:
     learning = code_tester.learning
     config = learning.env_config("code", ["default"], {"env_options": {"brief_examples": True}}, 3)
