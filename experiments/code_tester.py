@@ -1,8 +1,9 @@
 """The code tester's reward rules in training: catch_share against credit_share (docs/code.md), and the single agent.
 
 On `learning.py`'s harness (one warm start per seed, shared by the team arms; the single agent's own), three arms:
-`at_grpo_credit_share` (the earlier rule), `at_grpo_catch_share` (the default) and `single_grpo`. Besides held-out
-success, it records what the tester's replies are worth at every training step and evaluation, from each tester
+`at_grpo_credit_share` (the earlier rule), `at_grpo_catch_share` (the default) and `single_grpo`; on request a fourth,
+`at_grpo_per_role` (catch_share, one model per role, both from the team's warm start). Besides held-out success, it
+records what the tester's replies are worth at every training step and evaluation, from each tester
 move's `info` (`TesterRecorder`), into the runs' `metrics.jsonl`:
 
 - `<prefix>/tester/catch_share`: the share of the known-wrong programs that a reply's valid cases catch (an
@@ -45,6 +46,8 @@ from verl_mas.local.reporting import METRICS_FILE, read_metrics  # noqa: E402
 ENV = "code"
 DEFAULT_OUT = learning.REPO / "runs" / "code_tester"
 ARMS = ("at_grpo_credit_share", "at_grpo_catch_share", "single_grpo")
+# on request: one model per role (the env's default rule, catch_share), so the coder's updates cannot move the tester's
+OPTIONAL_ARMS = ("at_grpo_per_role",)
 # learning.py's code settings (one operation on two integers, brief prompts, two turns), with the examples shown in
 # the brief prompts so that the tester's expert cases follow from what it sees; key=value arguments override them.
 DEFAULT_OVERRIDES = [
@@ -312,7 +315,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3], help="default: 0-3")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="RL steps of every arm (default: %(default)s)")
-    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS), help="default: all three")
+    arms_help = "default: the first three"
+    parser.add_argument("--arms", nargs="+", choices=ARMS + OPTIONAL_ARMS, default=list(ARMS), help=arms_help)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: runs/code_tester)")
     parser.add_argument("--window", type=int, default=5, help="training steps averaged at the start and the end")
     parser.add_argument("--collect", action="store_true", help="train nothing: report what is saved under OUT")

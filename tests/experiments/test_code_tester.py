@@ -104,3 +104,10 @@ def test_each_arms_gain_is_paired_with_its_own_warm_start_per_seed(code_tester, 
     text = "\n".join(code_tester.report_lines(list(rows.values()), [], [], 5))
     assert "| at_grpo_catch_share | eval/success | 2 | -0.125 (0.375) [" in text
     assert "| single_grpo | eval_sampled/success |" not in text  # no seed to show
+
+
+def test_the_per_role_arm_runs_only_on_request(code_tester) -> None:
+    assert code_tester.parse_args([]).arms == list(code_tester.ARMS)
+    assert code_tester.parse_args(["--arms", "at_grpo_per_role"]).arms == ["at_grpo_per_role"]
+    with pytest.raises(SystemExit):
+        code_tester.parse_args(["--arms", "at_grpo_shared"])  # not one of this experiment's arms
