@@ -117,14 +117,16 @@ def replay(run_folder: Path, checkpoint: bool) -> dict[str, Any]:
     }
 
 
-def training_windows(history: Sequence[dict[str, float]], width: int) -> list[dict[str, Any]]:
-    """Means of `WINDOW_KEYS` over consecutive windows of `width` training steps (a key a step lacks is skipped; nan
-    where no step of the window has it)."""
+def training_windows(
+    history: Sequence[dict[str, float]], width: int, keys: Sequence[str] = WINDOW_KEYS
+) -> list[dict[str, Any]]:
+    """Means of `keys` over consecutive windows of `width` training steps (a key a step lacks is skipped; nan where
+    no step of the window has it)."""
     steps = [row for row in history if "time/step_s" in row]
     windows = []
     for start in range(0, len(steps), width):
         rows = steps[start : start + width]
-        means = {key: statistics.fmean([row[key] for row in rows if key in row] or [math.nan]) for key in WINDOW_KEYS}
+        means = {key: statistics.fmean([row[key] for row in rows if key in row] or [math.nan]) for key in keys}
         windows.append({"steps": f"{rows[0]['step']}-{rows[-1]['step']}"} | means)
     return windows
 

@@ -1,8 +1,9 @@
 """Training metrics of `learning.py` runs averaged over windows of steps, then over the runs of each label (seeds).
 
 Each `LABEL=GLOB` names the run folders of one arm (a glob, e.g. one method over every seed). For each run, the
-`sokoban_replies.WINDOW_KEYS` metrics are averaged over consecutive windows of `--window` training steps; each
-window is then averaged over the label's runs, and the table prints mean and standard error over runs.
+`--keys` metrics (default: `sokoban_replies.WINDOW_KEYS`) are averaged over consecutive windows of `--window`
+training steps; each window is then averaged over the label's runs, and the table prints mean and standard error over
+runs, then the change from the first window to the last, paired per run (mean, SE, 95% t interval).
 
     .venv/bin/python experiments/training_windows.py --runs \\
         base='runs/sokoban_kl/sokoban/seed*/at_grpo_shared' kl='runs/sokoban_kl/sokoban/seed*/at_grpo_shared_kl'
@@ -21,32 +22,45 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sokoban_replies import WINDOW_KEYS, training_windows  # noqa: E402  (a sibling script)
+import learning  # noqa: E402  (sibling scripts)
+from sokoban_replies import WINDOW_KEYS, training_windows  # noqa: E402
 
 from verl_mas.local.reporting import read_metrics  # noqa: E402
 
 
-def label_windows(folders: Sequence[Path], width: int) -> list[dict[str, Any]]:
-    """Per window: the steps it spans, and per key the mean over runs, its standard error and the number of runs."""
-    per_run = []
-    for folder in folders:
-        per_run.append(training_windows(read_metrics(folder), width))
+def mean_se(values: Sequence[float]) -> dict[str, Any]:
+    se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+    return {"mean": statistics.fmean(values) if values else math.nan, "se": se, "runs": len(values)}
+
+
+def label_windows(
+    folders: Sequence[Path], width: int, keys: Sequence[str] = WINDOW_KEYS
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Per window: the steps it spans, and per key the mean over runs, its standard error and the number of runs;
+    and per key the last window minus the first, paired per run (mean, SE, 95% t interval, runs)."""
+    per_run = [training_windows(read_metrics(folder), width, keys) for folder in folders]
     shortest = min(len(windows) for windows in per_run)
     table = []
     for i in range(shortest):
         row: dict[str, Any] = {"steps": per_run[0][i]["steps"]}
-        for key in WINDOW_KEYS:
-            values = [windows[i][key] for windows in per_run if not math.isnan(windows[i][key])]
-            se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
-            row[key] = {"mean": statistics.fmean(values) if values else math.nan, "se": se, "runs": len(values)}
+        for key in keys:
+            row[key] = mean_se([windows[i][key] for windows in per_run if not math.isnan(windows[i][key])])
         table.append(row)
-    return table
+    change = {}
+    for key in keys:
+        pairs = [(w[0][key], w[shortest - 1][key]) for w in per_run]
+        change[key] = mean_se([last - first for first, last in pairs if not (math.isnan(first) or math.isnan(last))])
+        n, se = change[key]["runs"], change[key]["se"]
+        half = learning.t_quantile_95(n - 1) * se if n > 1 else math.nan
+        change[key]["ci95"] = [change[key]["mean"] - half, change[key]["mean"] + half]
+    return table, change
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", nargs="+", required=True, help="LABEL=GLOB of learning.py run folders")
     parser.add_argument("--window", type=int, default=10, help="training steps per window")
+    parser.add_argument("--keys", nargs="+", default=list(WINDOW_KEYS), help="metrics (default: %(default)s)")
     parser.add_argument("--out", help="also write the table as JSON here")
     args = parser.parse_args(argv)
     report = {}
@@ -55,13 +69,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         folders = sorted(Path(p) for p in glob.glob(pattern))
         if not sep or not folders:
             parser.error(f"--runs {item!r}: give LABEL=GLOB matching at least one run folder")
-        report[label] = {"runs": [str(f) for f in folders], "windows": label_windows(folders, args.window)}
-    print("| arm | steps | " + " | ".join(WINDOW_KEYS) + " |")
-    print("|---|---|" + "---|" * len(WINDOW_KEYS))
+        table, change = label_windows(folders, args.window, args.keys)
+        report[label] = {"runs": [str(f) for f in folders], "windows": table, "change": change}
+    print("| arm | steps | " + " | ".join(args.keys) + " |")
+    print("|---|---|" + "---|" * len(args.keys))
     for label, entry in report.items():
+        runs = len(entry["runs"])
         for row in entry["windows"]:
-            cells = [f"{row[key]['mean']:.3f} ({row[key]['se']:.3f})" for key in WINDOW_KEYS]
-            print(f"| {label} ({len(entry['runs'])} runs) | {row['steps']} | " + " | ".join(cells) + " |")
+            cells = [f"{row[key]['mean']:.3f} ({row[key]['se']:.3f})" for key in args.keys]
+            print(f"| {label} ({runs} runs) | {row['steps']} | " + " | ".join(cells) + " |")
+        cells = [
+            f"{c['mean']:+.3f} ({c['se']:.3f}) [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
+            for c in (entry["change"][key] for key in args.keys)
+        ]
+        print(f"| {label} ({runs} runs) | last - first | " + " | ".join(cells) + " |")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
     return report

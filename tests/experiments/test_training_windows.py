@@ -33,6 +33,27 @@ def test_windows_average_each_run_then_the_runs(windows, tmp_path):
     assert second["rollout/success"]["mean"] == pytest.approx(0.75)
     assert math.isnan(first["rollout/reward"]["mean"]) and first["rollout/reward"]["runs"] == 0  # never logged
     assert json.loads((tmp_path / "w.json").read_text())["a"]["windows"][1]["rollout/success"]["runs"] == 2
+    change = report["a"]["change"]["rollout/success"]  # per run: 1.0 - 0.5 and 0.5 - 0.0
+    assert (change["mean"], change["runs"]) == (pytest.approx(0.5), 2) and change["se"] == pytest.approx(0.0)
+    assert change["ci95"] == pytest.approx([0.5, 0.5])
+
+
+def test_chosen_keys_and_a_change_with_spread(windows, tmp_path):
+    for seed, values in enumerate(([1.0, 2.0], [1.0, 4.0], [0.0, 0.0])):
+        folder = tmp_path / f"seed{seed}" / "arm"
+        folder.mkdir(parents=True)
+        rows = [
+            {"step": i + 1, "time/step_s": 1.0, "rollout/tester/turn0/local_reward": v} for i, v in enumerate(values)
+        ]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    key = "rollout/tester/turn0/local_reward"
+    report = windows.main(["--runs", f"a={tmp_path}/seed*/arm", "--window", "1", "--keys", key])
+    assert set(report["a"]["windows"][0]) == {"steps", key}
+    change = report["a"]["change"][key]  # per run: +1, +3, 0
+    assert change["mean"] == pytest.approx(4 / 3)
+    se = math.sqrt(((1 - 4 / 3) ** 2 + (3 - 4 / 3) ** 2 + (4 / 3) ** 2) / 2) / math.sqrt(3)
+    assert change["se"] == pytest.approx(se)
+    assert change["ci95"] == pytest.approx([4 / 3 - 4.303 * se, 4 / 3 + 4.303 * se], abs=1e-3)  # t, 2 d.f.
 
 
 def test_a_label_that_matches_no_run_is_refused(windows, tmp_path):
