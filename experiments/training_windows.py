@@ -38,8 +38,8 @@ def label_windows(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Per window: the steps it spans, and per key the mean over runs, its standard error and the number of runs;
     and per key the last window minus the first, paired per run (mean, SE, 95% t interval, runs)."""
-    per_run = [training_windows(read_metrics(folder), width, keys) for folder in folders]
-    shortest = min(len(windows) for windows in per_run)
+    per_run = [windows for folder in folders if (windows := training_windows(read_metrics(folder), width, keys))]
+    shortest = min((len(windows) for windows in per_run), default=0)  # a run with no training step yet has none
     table = []
     for i in range(shortest):
         row: dict[str, Any] = {"steps": per_run[0][i]["steps"]}
@@ -48,7 +48,8 @@ def label_windows(
         table.append(row)
     change = {}
     for key in keys:
-        pairs = [(w[0][key], w[shortest - 1][key]) for w in per_run]
+        # with one window there is no last window apart from the first: no change to read
+        pairs = [(w[0][key], w[shortest - 1][key]) for w in per_run] if shortest > 1 else []
         change[key] = mean_se([last - first for first, last in pairs if not (math.isnan(first) or math.isnan(last))])
         n, se = change[key]["runs"], change[key]["se"]
         half = learning.t_quantile_95(n - 1) * se if n > 1 else math.nan

@@ -111,3 +111,23 @@ def test_the_per_role_arm_runs_only_on_request(code_tester) -> None:
     assert code_tester.parse_args(["--arms", "at_grpo_per_role"]).arms == ["at_grpo_per_role"]
     with pytest.raises(SystemExit):
         code_tester.parse_args(["--arms", "at_grpo_shared"])  # not one of this experiment's arms
+
+
+def test_share_rows_table_the_first_turn_only_for_runs_that_recorded_it(code_tester, tmp_path) -> None:
+    def run(turn0: bool) -> list[dict]:
+        shares = {"catch_share": 0.5} | ({"turn0/catch_share": 0.75} if turn0 else {})
+        before = {"step": 0, "eval/success": 0.5} | {f"eval_sampled/tester/{k}": v for k, v in shares.items()}
+        after = {"step": 1, "eval/success": 0.5} | {f"eval_sampled/tester/{k}": v - 0.25 for k, v in shares.items()}
+        return [
+            before,
+            {"step": 1, "rollout/success": 1.0} | {f"rollout/tester/{k}": v for k, v in shares.items()},
+            after,
+        ]
+
+    write_run(tmp_path, "at_grpo_catch_share", 0, run(turn0=False))  # recorded before per-turn shares existed
+    write_run(tmp_path, "at_grpo_catch_share", 1, run(turn0=True))
+    rows = {r["share"]: r for r in code_tester.share_rows(tmp_path, ["at_grpo_catch_share"], [0, 1], 5)}
+    assert rows["catch_share"]["seeds"] == 2 and rows["turn0/catch_share"]["seeds"] == 1
+    assert rows["turn0/catch_share"]["eval_before"] == 0.75 and rows["turn0/catch_share"]["eval_after"] == 0.5
+    assert rows["catch_share"]["eval_change"]["mean"] == pytest.approx(-0.25)
+    assert "turn0/wrong_case_share" not in rows  # recorded by no run: no row

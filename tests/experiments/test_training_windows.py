@@ -59,3 +59,14 @@ def test_chosen_keys_and_a_change_with_spread(windows, tmp_path):
 def test_a_label_that_matches_no_run_is_refused(windows, tmp_path):
     with pytest.raises(SystemExit):
         windows.main(["--runs", f"a={tmp_path}/nothing*"])
+
+
+def test_a_change_needs_two_windows_and_the_key_at_both_ends(windows, tmp_path):
+    write_run(tmp_path / "seed0" / "arm", [0.0, 1.0])
+    write_run(tmp_path / "seed1" / "arm", [])  # only its evaluation row so far: left out
+    table, change = windows.label_windows(sorted(tmp_path.glob("seed*/arm")), 1, ["rollout/success", "rollout/reward"])
+    assert [row["rollout/success"]["runs"] for row in table] == [1, 1]
+    assert change["rollout/success"]["mean"] == pytest.approx(1.0) and change["rollout/success"]["runs"] == 1
+    assert math.isnan(change["rollout/reward"]["mean"]) and change["rollout/reward"]["runs"] == 0  # never logged
+    table, change = windows.label_windows(sorted(tmp_path.glob("seed*/arm")), 2, ["rollout/success"])
+    assert len(table) == 1 and change["rollout/success"]["runs"] == 0  # one window: no change to read
