@@ -242,12 +242,6 @@ def number(value: float | None, signed: bool = False) -> str:
     return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
 
 
-def interval(summary: dict[str, Any]) -> str:
-    se = f" ({summary['se']:.3f})" if summary["se"] is not None else ""
-    ci = summary["ci95"]
-    return number(summary["mean"], True) + se + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
-
-
 def report_lines(
     gains: list[dict[str, Any]], paired: list[dict[str, Any]], shares: list[dict[str, Any]], width: int
 ) -> list[str]:
@@ -256,14 +250,14 @@ def report_lines(
     for row in gains:
         if row["seeds"]:
             per_seed = " ".join(f"{d:+.3f}" for d in row["per_seed"])
-            table.append([row["arm"], row["metric"], str(len(row["seeds"])), interval(row), per_seed])
+            table.append([row["arm"], row["metric"], str(len(row["seeds"])), learning.summary_text(row), per_seed])
     lines += ["## Held-out gain through RL (each seed's run against its own warm start)", ""]
     lines += [learning.markdown_table(table), ""]
     table = [["arm - other arm", "metric", "seeds", "mean (SE) [95% interval]", "per seed"]]
     for row in paired:
         if row["seeds"]:
             per_seed = " ".join(f"{d:+.3f}" for d in row["per_seed"])
-            table.append([row["pair"], row["metric"], str(len(row["seeds"])), interval(row), per_seed])
+            table.append([row["pair"], row["metric"], str(len(row["seeds"])), learning.summary_text(row), per_seed])
     lines += ["## Paired differences at the last evaluation (same seed)", "", learning.markdown_table(table), ""]
     table = [["arm", "share", "seeds", f"training, first {width} steps", f"training, last {width} steps"]]
     table[0] += ["held-out sampled, before RL", "after", "change: mean (SE) [95% interval]"]
@@ -277,7 +271,7 @@ def report_lines(
                 number(row["train_last"]),
                 number(row["eval_before"]),
                 number(row["eval_after"]),
-                interval(row["eval_change"]) if row["eval_change"]["n"] else "-",
+                learning.summary_text(row["eval_change"]) if row["eval_change"]["n"] else "-",
             ]
         )
     lines += ["## The tester's shares (mean over seeds)", "", learning.markdown_table(table), ""]

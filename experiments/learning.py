@@ -421,6 +421,15 @@ def difference_summary(differences: list[float]) -> dict[str, Any]:
     }
 
 
+def summary_text(summary: dict[str, Any]) -> str:
+    """A `difference_summary` as "mean (SE) [95% interval]", leaving out what it lacks; "-" without a mean."""
+    if summary["mean"] is None:
+        return "-"
+    se = f" ({summary['se']:.3f})" if summary["se"] is not None else ""
+    ci = summary["ci95"]
+    return f"{summary['mean']:+.3f}" + se + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+
+
 def paired_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
     """Header and one line per paired-difference row, as strings."""
     header = ["env", "method - baseline", "seeds", "greedy: mean (SE)", "greedy 95% interval"]

@@ -37,7 +37,7 @@ def label_windows(
     folders: Sequence[Path], width: int, keys: Sequence[str] = WINDOW_KEYS
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Per window: the steps it spans, and per key the mean over runs, its standard error and the number of runs;
-    and per key the last window minus the first, paired per run (mean, SE, 95% t interval, runs)."""
+    and per key the last window minus the first, paired per run (`learning.difference_summary`)."""
     per_run = [windows for folder in folders if (windows := training_windows(read_metrics(folder), width, keys))]
     shortest = min((len(windows) for windows in per_run), default=0)  # a run with no training step yet has none
     table = []
@@ -50,10 +50,8 @@ def label_windows(
     for key in keys:
         # with one window there is no last window apart from the first: no change to read
         pairs = [(w[0][key], w[shortest - 1][key]) for w in per_run] if shortest > 1 else []
-        change[key] = mean_se([last - first for first, last in pairs if not (math.isnan(first) or math.isnan(last))])
-        n, se = change[key]["runs"], change[key]["se"]
-        half = learning.t_quantile_95(n - 1) * se if n > 1 else math.nan
-        change[key]["ci95"] = [change[key]["mean"] - half, change[key]["mean"] + half]
+        differences = [last - first for first, last in pairs if not (math.isnan(first) or math.isnan(last))]
+        change[key] = learning.difference_summary(differences)
     return table, change
 
 
@@ -79,10 +77,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         for row in entry["windows"]:
             cells = [f"{row[key]['mean']:.3f} ({row[key]['se']:.3f})" for key in args.keys]
             print(f"| {label} ({runs} runs) | {row['steps']} | " + " | ".join(cells) + " |")
-        cells = [
-            f"{c['mean']:+.3f} ({c['se']:.3f}) [{c['ci95'][0]:+.3f}, {c['ci95'][1]:+.3f}]"
-            for c in (entry["change"][key] for key in args.keys)
-        ]
+        cells = [learning.summary_text(entry["change"][key]) for key in args.keys]
         print(f"| {label} ({runs} runs) | last - first | " + " | ".join(cells) + " |")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))

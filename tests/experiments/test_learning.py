@@ -128,3 +128,10 @@ def test_the_kl_method_turns_the_kl_loss_on_with_the_commands_coefficient_and_no
         config_of_run["update"].pop("use_kl_loss")
         config_of_run.pop("output_dir")
     assert kl == plain  # the same run otherwise
+
+
+def test_summary_text_shows_what_a_difference_summary_has(learning):
+    assert learning.summary_text(learning.difference_summary([0.25, -0.5])).startswith("-0.125 (0.375) [-4.89")
+    assert learning.summary_text(learning.difference_summary([0.5, 0.5])) == "+0.500 (0.000) [+0.500, +0.500]"
+    assert learning.summary_text(learning.difference_summary([0.2])) == "+0.200"  # one value: no spread
+    assert learning.summary_text(learning.difference_summary([])) == "-"

@@ -34,7 +34,7 @@ def test_windows_average_each_run_then_the_runs(windows, tmp_path):
     assert math.isnan(first["rollout/reward"]["mean"]) and first["rollout/reward"]["runs"] == 0  # never logged
     assert json.loads((tmp_path / "w.json").read_text())["a"]["windows"][1]["rollout/success"]["runs"] == 2
     change = report["a"]["change"]["rollout/success"]  # per run: 1.0 - 0.5 and 0.5 - 0.0
-    assert (change["mean"], change["runs"]) == (pytest.approx(0.5), 2) and change["se"] == pytest.approx(0.0)
+    assert (change["mean"], change["n"]) == (pytest.approx(0.5), 2) and change["se"] == pytest.approx(0.0)
     assert change["ci95"] == pytest.approx([0.5, 0.5])
 
 
@@ -66,7 +66,7 @@ def test_a_change_needs_two_windows_and_the_key_at_both_ends(windows, tmp_path):
     write_run(tmp_path / "seed1" / "arm", [])  # only its evaluation row so far: left out
     table, change = windows.label_windows(sorted(tmp_path.glob("seed*/arm")), 1, ["rollout/success", "rollout/reward"])
     assert [row["rollout/success"]["runs"] for row in table] == [1, 1]
-    assert change["rollout/success"]["mean"] == pytest.approx(1.0) and change["rollout/success"]["runs"] == 1
-    assert math.isnan(change["rollout/reward"]["mean"]) and change["rollout/reward"]["runs"] == 0  # never logged
+    assert change["rollout/success"]["mean"] == pytest.approx(1.0) and change["rollout/success"]["n"] == 1
+    assert change["rollout/reward"]["mean"] is None and change["rollout/reward"]["n"] == 0  # never logged
     table, change = windows.label_windows(sorted(tmp_path.glob("seed*/arm")), 2, ["rollout/success"])
-    assert len(table) == 1 and change["rollout/success"]["runs"] == 0  # one window: no change to read
+    assert len(table) == 1 and change["rollout/success"]["n"] == 0  # one window: no change to read
