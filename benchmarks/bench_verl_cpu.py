@@ -67,6 +67,7 @@ def verl_overrides(config: LocalTrainConfig, model: Path, data: Path, out: Path)
         f"mas.rollout.alpha={config.alpha}",
         "mas.rollout.max_turns=null",
         f"mas.grouping={config.grouping}",
+        f"algorithm.norm_adv_by_std_in_grpo={str(config.norm_adv_by_std).lower()}",
         f"data.train_batch_size={config.tasks_per_step}",
         f"data.val_batch_size={config.eval_tasks}",
         "data.max_prompt_length=1000",

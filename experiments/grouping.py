@@ -150,8 +150,10 @@ class AdvantageRecorder:
         local_train.sample_advantages = self.recording_sample_advantages
         learning.train = self.recording_train
 
-    def recording_sample_advantages(self, samples: list[Sample], grouping: str) -> torch.Tensor:
-        advantages = self.sample_advantages(samples, grouping)
+    def recording_sample_advantages(
+        self, samples: list[Sample], grouping: str, norm_adv_by_std: bool = True
+    ) -> torch.Tensor:
+        advantages = self.sample_advantages(samples, grouping, norm_adv_by_std)
         if self.path is not None:
             self.step += 1
             record = {"step": self.step, "grouping": grouping, **advantage_breakdown(samples, advantages.tolist())}

@@ -100,6 +100,9 @@ class LocalTrainConfig:
     k: int = 4
     alpha: float = 1.0
     grouping: Grouping = "task_role_turn"
+    # Divide each group's centred rewards by the group's std (verl's algorithm.norm_adv_by_std_in_grpo); false keeps
+    # the centring alone, so that a group whose rewards differ by little gets small advantages, not unit-sized ones.
+    norm_adv_by_std: bool = True
     # Samples the judge could not run (the sandbox failed, not the model) are left out of training and counted as
     # mas/infra_failures; a step where they are more than this share of its samples stops the run.
     max_infra_failure_share: float = 0.1
@@ -148,6 +151,8 @@ class LocalTrainConfig:
             raise ValueError("resume must be true, false or a checkpoint path, got an empty string")
         if self.grouping not in GROUPINGS:
             raise ValueError(f"grouping must be one of {GROUPINGS}, got {self.grouping!r}")
+        if not isinstance(self.norm_adv_by_std, bool):
+            raise ValueError(f"norm_adv_by_std must be true or false, got {self.norm_adv_by_std!r}")
         if self.update.temperature != self.sampling.temperature:
             raise ValueError(
                 f"update.temperature ({self.update.temperature}) must equal sampling.temperature "

@@ -80,6 +80,7 @@ KEY_HELP: dict[str, str] = {
     "k": "candidates per (task, role, turn) in the tree; episodes per task with rollout_mode=independent",
     "alpha": "weight of the team reward in the mixed reward alpha * team + local",
     "grouping": "advantage groups: task_role_turn (AT-GRPO), task_role (per agent) or task (plain GRPO)",
+    "norm_adv_by_std": "divide each group's centred rewards by its std (verl: algorithm.norm_adv_by_std_in_grpo)",
     "max_infra_failure_share": "samples the sandbox failed to judge train nothing; past this share of a step's, stop",
     "tasks_per_step": "training tasks rolled out per step",
     "steps": "training steps (the total: a resumed run continues up to it)",

@@ -78,8 +78,9 @@ def make_tasks(config: LocalTrainConfig, split: Literal["train", "eval"], start:
     return split_tasks(config.env, split, count, config.seed, config.env_options, start)
 
 
-def sample_advantages(samples: list[Sample], grouping: Grouping) -> torch.Tensor:
-    """One scalar advantage per sample, from `at_grpo` as verl's registry serves it, under `grouping`."""
+def sample_advantages(samples: list[Sample], grouping: Grouping, norm_adv_by_std: bool = True) -> torch.Tensor:
+    """One scalar advantage per sample, from `at_grpo` as verl's registry serves it, under `grouping`; with
+    `norm_adv_by_std` false, the rewards centred on their group's mean alone."""
     rewards = torch.tensor([[s.reward] for s in samples], dtype=torch.float32)
     advantages, _ = registered_estimator()(
         token_level_rewards=rewards,
@@ -89,6 +90,7 @@ def sample_advantages(samples: list[Sample], grouping: Grouping) -> torch.Tensor
         role=np.array([s.role for s in samples], dtype=object),
         turn=np.array([s.turn for s in samples], dtype=np.int64),
         grouping=grouping,
+        norm_adv_by_std=norm_adv_by_std,
     )
     return advantages[:, 0]
 
@@ -177,7 +179,7 @@ class LocalRun:
         )
         if samples:
             started = time.perf_counter()
-            advantages = sample_advantages(samples, config.grouping)
+            advantages = sample_advantages(samples, config.grouping, config.norm_adv_by_std)
             timing["time/advantage_s"] = time.perf_counter() - started
             metrics |= self._update(samples, advantages, timing)
         timing["time/step_s"] = time.perf_counter() - step_started

@@ -28,6 +28,7 @@ from verl_mas.overrides import parse_overrides
         ({"grouping": "episode"}, "grouping must be"),
         ({"k": 0}, "k must be an integer >= 1, got 0"),
         ({"device": "gpu0"}, "device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"),
+        ({"norm_adv_by_std": "no"}, "norm_adv_by_std must be true or false, got 'no'"),
     ],
 )
 def test_bad_config_fails_at_start(overrides, message):
@@ -42,6 +43,13 @@ def test_every_grouping_level_is_one_key(grouping, tmp_path):
     (tmp_path / "config.json").write_text(config_json(config))
     assert read_config(tmp_path / "config.json").grouping == grouping
     assert LocalTrainConfig().grouping == "task_role_turn"  # AT-GRPO is the default
+
+
+def test_norm_adv_by_std_is_one_key_and_kept_in_the_saved_config(tmp_path):
+    config = resolve_train_config(parse_overrides(["norm_adv_by_std=false", f"output_dir={tmp_path}"]))
+    assert config.norm_adv_by_std is False and LocalTrainConfig().norm_adv_by_std is True  # verl's default
+    (tmp_path / "config.json").write_text(config_json(config))
+    assert read_config(tmp_path / "config.json").norm_adv_by_std is False
 
 
 def test_grouping_presets_and_the_unknown_level_message():

@@ -22,9 +22,20 @@ TINY = {
 }
 
 
-def test_train_command_writes_metrics_curve_and_config(tmp_path, capsys):
+def test_train_command_writes_metrics_curve_and_config(tmp_path, capsys, monkeypatch):
+    from verl_mas.local import train as local_train
+
+    served = local_train.registered_estimator()
+    normalised = []
+
+    def recording(**kwargs):
+        normalised.append(kwargs["norm_adv_by_std"])
+        return served(**kwargs)
+
+    monkeypatch.setattr(local_train, "registered_estimator", lambda: recording)
     args = [f"{k}={json.dumps(v)}" for k, v in TINY.items()]
     args += [
+        "norm_adv_by_std=false",
         "warm_start.tasks=4",
         "warm_start.epochs=1",
         "model.hidden=32",
@@ -39,6 +50,7 @@ def test_train_command_writes_metrics_curve_and_config(tmp_path, capsys):
     assert "rollout/success" in lines[1] and "eval/success" in lines[1] and "update/shared/pg_loss" in lines[1]
     assert (tmp_path / "learning_curve.png").stat().st_size > 1000
     assert json.loads((tmp_path / "config.json").read_text())["k"] == 2
+    assert normalised == [False]  # the one training step's advantages, as the key asked
 
 
 def test_train_and_eval_tasks_never_overlap():
@@ -61,6 +73,17 @@ def test_advantage_grouping_ablation():
     assert by_key.tolist() == pytest.approx([-s, s, 0.0, 0.0], abs=1e-5)
     assert by_task[2].item() > 0 and by_task[0].item() < by_task[1].item() < 0
     assert torch.isclose(by_task.sum(), torch.tensor(0.0), atol=1e-5)
+
+
+def test_without_std_normalisation_a_small_reward_gap_stays_small():
+    # One reply a little above three at the floor: dividing by the std makes its gap a unit-sized advantage.
+    rewards = [-0.25, -0.25, -0.25, -0.2]
+    samples = [sample("t", "tester", 0, r) for r in rewards]
+    normed = sample_advantages(samples, "task_role_turn")
+    centred = sample_advantages(samples, "task_role_turn", norm_adv_by_std=False)
+    assert centred.tolist() == pytest.approx([-0.0125, -0.0125, -0.0125, 0.0375], abs=1e-6)  # minus the mean, -0.2375
+    std = 0.025  # sqrt((3 * 0.0125**2 + 0.0375**2) / 3), unbiased like torch.std
+    assert normed.tolist() == pytest.approx([-0.0125 / std, -0.0125 / std, -0.0125 / std, 0.0375 / std], abs=1e-4)
 
 
 def test_local_advantages_come_from_verls_estimator_registry(monkeypatch):
