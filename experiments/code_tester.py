@@ -1,8 +1,9 @@
 """The code tester's reward rules in training: catch_share against credit_share (docs/code.md), and the single agent.
 
 On `learning.py`'s harness (one warm start per seed, shared by the team arms; the single agent's own), three arms:
-`at_grpo_credit_share` (the earlier rule), `at_grpo_catch_share` (the default) and `single_grpo`; on request a fourth,
-`at_grpo_per_role` (catch_share, one model per role, both from the team's warm start). Besides held-out success, it
+`at_grpo_credit_share` (the earlier rule), `at_grpo_catch_share` (the default) and `single_grpo`; on request
+`at_grpo_per_role` (catch_share, one model per role, both from the team's warm start) and
+`at_grpo_catch_share_centred` (catch_share with advantages not divided by the group's std). Besides held-out success, it
 records what the tester's replies are worth at every training step and evaluation, from each tester
 move's `info` (`TesterRecorder`), into the runs' `metrics.jsonl`:
 
@@ -46,8 +47,9 @@ from verl_mas.local.reporting import METRICS_FILE, read_metrics  # noqa: E402
 ENV = "code"
 DEFAULT_OUT = learning.REPO / "runs" / "code_tester"
 ARMS = ("at_grpo_credit_share", "at_grpo_catch_share", "single_grpo")
-# on request: one model per role (the env's default rule, catch_share), so the coder's updates cannot move the tester's
-OPTIONAL_ARMS = ("at_grpo_per_role",)
+# on request: one model per role (the env's default rule, catch_share), so the coder's updates cannot move the tester's;
+# and catch_share without the std division, which makes a small reward gap inside a group a unit-sized advantage
+OPTIONAL_ARMS = ("at_grpo_per_role", "at_grpo_catch_share_centred")
 # learning.py's code settings (one operation on two integers, brief prompts, two turns), with the examples shown in
 # the brief prompts so that the tester's expert cases follow from what it sees; key=value arguments override them.
 DEFAULT_OVERRIDES = [

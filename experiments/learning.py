@@ -144,6 +144,15 @@ METHODS: dict[str, Method] = {
         {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn"},
         env_options={"tester_reward": "catch_share"},
     ),
+    # at_grpo_catch_share with each group's rewards only centred (verl's norm_adv_by_std_in_grpo=false): a group whose
+    # rewards differ by little (replies near the tester's floor) then moves the policy by little
+    "at_grpo_catch_share_centred": Method(
+        "at_grpo_catch_share with advantages centred on the group's mean, not divided by its std "
+        "(norm_adv_by_std=false)",
+        True,
+        {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn", "norm_adv_by_std": False},
+        env_options={"tester_reward": "catch_share"},
+    ),
 }
 # The paper's table: what runs without --methods.
 DEFAULT_METHODS = ("mas_no_rl", "single_grpo", "at_grpo_shared", "at_grpo_per_role", "mas_grpo_task")

@@ -68,6 +68,11 @@ def test_the_rule_arms_share_the_team_warm_start_and_differ_in_the_tester_reward
     assert all(run.env_options["brief_examples"] and not run.env_options["single_agent"] for run in runs.values())
     warm = learning.warm_start_run_config(config, False, Path("/warm"))  # built from the env's config, no arm's
     assert "tester_reward" not in warm.env_options
+    centred = learning.method_config(config, "at_grpo_catch_share_centred", "/warm", Path("/out/centred"))
+    catch = runs["at_grpo_catch_share"]
+    assert not centred.norm_adv_by_std and catch.norm_adv_by_std  # the one key the centred arm changes
+    restored = dataclasses.replace(centred, norm_adv_by_std=True, output_dir="")
+    assert restored == dataclasses.replace(catch, output_dir="")
 
 
 def write_run(out: Path, arm: str, seed: int, rows: list[dict]) -> None:
