@@ -125,9 +125,11 @@ class TesterRecorder:
         return self.rollout_metrics(results, prefix) | {f"{prefix}/tester/{k}": v for k, v in shares.items()}
 
 
-def history(out: Path, arm: str, seed: int) -> list[dict[str, Any]]:
+def history(out: Path, arm: str, seed: int, until: int | None = None) -> list[dict[str, Any]]:
+    """A run's metrics rows; with `until`, only those of steps up to it (as if the run had stopped there)."""
     folder = out / ENV / f"seed{seed}" / arm
-    return read_metrics(folder) if (folder / METRICS_FILE).is_file() else []
+    rows = read_metrics(folder) if (folder / METRICS_FILE).is_file() else []
+    return rows if until is None else [row for row in rows if row.get("step", 0) <= until]
 
 
 def last_eval(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -145,9 +147,9 @@ def training_window(rows: list[dict[str, Any]], key: str, first: bool, width: in
 PAIRED = ("eval/success", "eval_sampled/success", *(f"eval_sampled/tester/{s}" for s in SHARES))
 
 
-def paired_rows(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> list[dict[str, Any]]:
+def paired_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], until: int | None = None) -> list[dict[str, Any]]:
     """For every two arms and metric of `PAIRED`: the last evaluation's value of one minus the other's, same seed."""
-    last = {(arm, seed): last_eval(history(out, arm, seed)) for arm in arms for seed in seeds}
+    last = {(arm, seed): last_eval(history(out, arm, seed, until)) for arm in arms for seed in seeds}
     rows = []
     for a, b in itertools.combinations(arms, 2):
         for metric in PAIRED:
@@ -161,12 +163,12 @@ def paired_rows(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> list[di
 GAINED = ("eval/success", "eval_sampled/success")
 
 
-def gain_rows(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> list[dict[str, Any]]:
+def gain_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], until: int | None = None) -> list[dict[str, Any]]:
     """Per arm and metric of `GAINED`: the last evaluation's value minus the first's (before RL) in each seed's run,
     so each seed is paired with its own warm start; mean, SE and 95% t interval over the seeds."""
     rows = []
     for arm in arms:
-        evals = {seed: [row for row in history(out, arm, seed) if "eval/success" in row] for seed in seeds}
+        evals = {seed: [row for row in history(out, arm, seed, until) if "eval/success" in row] for seed in seeds}
         for metric in GAINED:
             both = [s for s in seeds if last_eval(evals[s]) and metric in evals[s][0] and metric in evals[s][-1]]
             gains = [evals[s][-1][metric] - evals[s][0][metric] for s in both]
@@ -174,13 +176,15 @@ def gain_rows(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> list[dict
     return rows
 
 
-def share_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], width: int) -> list[dict[str, Any]]:
+def share_rows(
+    out: Path, arms: Sequence[str], seeds: Sequence[int], width: int, until: int | None = None
+) -> list[dict[str, Any]]:
     """Per arm and share (of every turn's tester moves, and of the first turn's): its mean over seeds in the first
     and last `width` training steps, and at the held-out evaluations (sampled) before RL and after, with the standard
     error over seeds of the change."""
     rows = []
     for arm in arms:
-        runs = [history(out, arm, seed) for seed in seeds]
+        runs = [history(out, arm, seed, until) for seed in seeds]
         runs = [rows_ for rows_ in runs if last_eval(rows_)]
         for share in (*SHARES, *(f"turn0/{name}" for name in SHARES)):
             key = f"rollout/tester/{share}"
@@ -316,6 +320,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: runs/code_tester)")
     parser.add_argument("--window", type=int, default=5, help="training steps averaged at the start and the end")
     parser.add_argument("--collect", action="store_true", help="train nothing: report what is saved under OUT")
+    until_help = "report every run as of this step (its evaluations up to it), into OUT/tester_stepN.md and .json"
+    parser.add_argument("--until", type=int, help=until_help)
     parser.add_argument("overrides", nargs="*", help="key=value training overrides, after the defaults above")
     args = learning.parse_with_overrides(parser, argv)
     args.out = args.out.resolve()
@@ -330,14 +336,15 @@ def main(argv: list[str] | None = None) -> None:
     learning_argv += [*DEFAULT_OVERRIDES, *args.overrides] + (["--collect"] if args.collect else [])
     command = ["python", str(Path(__file__).resolve().relative_to(learning.REPO)), *args.argv]
     learning.main(learning_argv, command=command)
-    gains = gain_rows(args.out, args.arms, args.seeds)
-    paired = paired_rows(args.out, args.arms, args.seeds)
-    shares = share_rows(args.out, args.arms, args.seeds, args.window)
+    gains = gain_rows(args.out, args.arms, args.seeds, args.until)
+    paired = paired_rows(args.out, args.arms, args.seeds, args.until)
+    shares = share_rows(args.out, args.arms, args.seeds, args.window, args.until)
     found = curves(args.out, args.arms, args.seeds)
     report = {"command": shlex.join(command), "gains": gains, "paired": paired, "shares": shares, "curves": found}
-    (args.out / "tester.json").write_text(json.dumps(report, indent=2))
+    name = "tester" if args.until is None else f"tester_step{args.until}"
+    (args.out / f"{name}.json").write_text(json.dumps(report, indent=2))
     text = "\n".join(report_lines(gains, paired, shares, args.window) + curve_lines(found)) + "\n"
-    (args.out / "tester.md").write_text(text)
+    (args.out / f"{name}.md").write_text(text)
     plot_shares(args.out, [arm for arm in args.arms if arm != "single_grpo"], args.seeds, args.out / "tester_catch.png")
     print(text)
 

@@ -111,6 +111,20 @@ def test_each_arms_gain_is_paired_with_its_own_warm_start_per_seed(code_tester, 
     assert "| single_grpo | eval_sampled/success |" not in text  # no seed to show
 
 
+def test_until_reads_every_run_as_of_one_step(code_tester, tmp_path) -> None:
+    evals = [{"step": 0, "eval/success": 0.5}, {"step": 20, "eval/success": 0.75}, {"step": 40, "eval/success": 0.25}]
+    write_run(tmp_path, "at_grpo_catch_share", 0, evals)
+    write_run(tmp_path, "at_grpo_catch_share_centred", 0, evals[:2])  # stopped after step 20's evaluation
+    arms = ["at_grpo_catch_share", "at_grpo_catch_share_centred"]
+    gains = {r["arm"]: r for r in code_tester.gain_rows(tmp_path, arms, [0], until=20) if r["metric"] == "eval/success"}
+    assert gains["at_grpo_catch_share"]["per_seed"] == pytest.approx([0.25])  # step 20's, not step 40's -0.25
+    assert [row["step"] for row in code_tester.history(tmp_path, arms[0], 0, until=39)] == [0, 20]
+    paired = code_tester.paired_rows(tmp_path, arms, [0], until=20)
+    assert paired[0]["per_seed"] == pytest.approx([0.0])  # 0.75 against 0.75 at the same step
+    unmatched = code_tester.paired_rows(tmp_path, arms, [0])  # each run's last evaluation: steps 40 and 20
+    assert unmatched[0]["per_seed"] == pytest.approx([0.5])
+
+
 def test_the_per_role_arm_runs_only_on_request(code_tester) -> None:
     assert code_tester.parse_args([]).arms == list(code_tester.ARMS)
     assert code_tester.parse_args(["--arms", "at_grpo_per_role"]).arms == ["at_grpo_per_role"]
