@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from transformers.utils import logging as transformers_logging
 
-from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, config_json
+from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, config_json, read_config
 from verl_mas.local.presets import apply_train_overrides, resolve_train_config
 from verl_mas.local.reporting import read_metrics
 from verl_mas.local.train import LocalRun, train
@@ -276,12 +276,15 @@ def method_config(config: LocalTrainConfig, name: str, warm_path: str, folder: P
 
 
 def saved_history(config: LocalTrainConfig) -> list[dict[str, Any]] | None:
-    """The metrics a run of exactly this config saved in config.output_dir, finished or not, else None."""
+    """The metrics a run of exactly this config saved in config.output_dir, finished or not, else None.
+
+    The saved config is read back through `read_config`, so a run saved before a key existed counts as run with that
+    key's default (a new key's default keeps what the code did before it)."""
     folder = Path(config.output_dir)
     try:
-        saved = (folder / CONFIG_FILE).read_text()
+        saved = config_json(read_config(folder / CONFIG_FILE))
         history = read_metrics(folder)
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # also unreadable JSON, or a key this code no longer knows
         return None
     return history if saved == config_json(config) else None
 

@@ -62,6 +62,22 @@ def test_collect_reports_finished_and_stopped_runs_and_refuses_other_configs(lea
     assert len((out / "plan_path" / "seed0" / "at_grpo_shared" / "metrics.jsonl").read_text().splitlines()) == 4
 
 
+def test_a_run_saved_before_a_key_existed_counts_as_run_with_its_default(learning, tmp_path):
+    out = tmp_path / "table"
+    rows = [{"step": 0, "eval/success": 0.5}, {"step": 4, "eval/success": 0.75}]
+    save_run(learning, out, 0, "at_grpo_shared", rows)
+    saved = out / "plan_path" / "seed0" / "at_grpo_shared" / CONFIG_FILE
+    older = json.loads(saved.read_text())
+    del older["norm_adv_by_std"]  # as written before the key existed
+    saved.write_text(json.dumps(older, indent=2))
+    config = learning.read_config(saved)
+    assert learning.saved_history(config) == rows
+    assert learning.saved_history(dataclasses.replace(config, norm_adv_by_std=False)) is None  # not its default
+    older["no_such_key"] = 1  # a key this code does not know: not this config
+    saved.write_text(json.dumps(older, indent=2))
+    assert learning.saved_history(config) is None
+
+
 def test_collect_needs_an_evaluation(learning, tmp_path):
     out = tmp_path / "table"
     save_run(learning, out, 0, "single_grpo", [{"step": 1, "time/step_s": 1.0}])
