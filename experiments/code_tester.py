@@ -160,7 +160,11 @@ def paired_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], until: int
     return rows
 
 
-GAINED = ("eval/success", "eval_sampled/success")
+# held-out success, and two greedy readings of the coder that say where a change of success came from: its first
+# program's share of hidden cases passed, and the share of its second-turn replies with no readable program (such a
+# reply leaves the first program standing)
+CODER_READINGS = ("eval/coder/turn0/local_reward", "eval/coder/turn1/invalid_move_share")
+GAINED = ("eval/success", "eval_sampled/success", *CODER_READINGS)
 
 
 def gain_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], until: int | None = None) -> list[dict[str, Any]]:

@@ -105,10 +105,23 @@ def test_each_arms_gain_is_paired_with_its_own_warm_start_per_seed(code_tester, 
     assert rows["single_grpo", "eval/success"]["per_seed"] == pytest.approx([0.2])
     assert rows["single_grpo", "eval/success"]["se"] is None  # one seed: no spread to read
     assert rows["single_grpo", "eval_sampled/success"]["seeds"] == []
+    assert rows["single_grpo", "eval/coder/turn1/invalid_move_share"]["seeds"] == []  # not recorded: no seed
 
     text = "\n".join(code_tester.report_lines(list(rows.values()), [], [], 5))
     assert "| at_grpo_catch_share | eval/success | 2 | -0.125 (0.375) [" in text
     assert "| single_grpo | eval_sampled/success |" not in text  # no seed to show
+
+
+def test_the_coders_readings_are_gains_too(code_tester, tmp_path) -> None:
+    before = {"step": 0, "eval/success": 0.5, "eval/coder/turn0/local_reward": 0.9}
+    before["eval/coder/turn1/invalid_move_share"] = 0.25
+    after = {"step": 15, "eval/success": 0.75, "eval/coder/turn0/local_reward": 0.9}
+    after["eval/coder/turn1/invalid_move_share"] = 1.0  # success rose with the first program unchanged
+    write_run(tmp_path, "at_grpo_catch_share", 0, [before, after])
+    rows = {r["metric"]: r for r in code_tester.gain_rows(tmp_path, ["at_grpo_catch_share"], [0])}
+    assert rows["eval/coder/turn0/local_reward"]["per_seed"] == pytest.approx([0.0])
+    assert rows["eval/coder/turn1/invalid_move_share"]["per_seed"] == pytest.approx([0.75])
+    assert rows["eval/success"]["per_seed"] == pytest.approx([0.25])
 
 
 def test_until_reads_every_run_as_of_one_step(code_tester, tmp_path) -> None:
