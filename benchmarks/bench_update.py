@@ -32,7 +32,7 @@ def collect_batches(run: LocalRun, steps: int) -> list[Batch]:
     for step in range(steps):
         tasks = make_tasks(config, "train", step * config.tasks_per_step, config.tasks_per_step)
         samples = [s for r in run.rollout(tasks, run.sampler, config.k, config.rollout_mode) for s in r.samples]
-        advantages = sample_advantages(samples, config.grouping)
+        advantages = sample_advantages(samples, config.grouping, config.norm_adv_by_std)
         rows = [i for i, s in enumerate(samples) if s.policy == samples[0].policy]
         tensors = samples_to_tensors([samples[i] for i in rows], pad_token_id=run.tokenizer.pad_token_id)
         batches.append((tensors, advantages[rows].unsqueeze(-1) * tensors.response_mask))

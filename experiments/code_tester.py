@@ -18,7 +18,9 @@ move's `info` (`TesterRecorder`), into the runs' `metrics.jsonl`:
 with prefix `rollout` (the training step's samples), `eval` (greedy) and `eval_sampled`. Both rules' figures are
 recorded in every arm, whichever rule it trains on. It writes learning.py's table (`OUT.md`) and `OUT/tester.md`:
 each arm's held-out gain through RL (every seed's run against its own warm start), paired differences between every
-two arms (success, and the tester's shares) and the shares over training.
+two arms (success, and the tester's shares) and the shares over training. With `--until STEP` it trains nothing and
+writes the same report as of one step (`OUT/tester_stepSTEP.md`, `.json`, `tester_catch_stepSTEP.png`), over the runs
+with an evaluation at that step.
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python experiments/code_tester.py --seeds 0 1 2 3 progress=false
     .venv/bin/python experiments/code_tester.py --seeds 0 1 2 3 --collect   # the tables from what is saved
@@ -126,10 +128,14 @@ class TesterRecorder:
 
 
 def history(out: Path, arm: str, seed: int, until: int | None = None) -> list[dict[str, Any]]:
-    """A run's metrics rows; with `until`, only those of steps up to it (as if the run had stopped there)."""
+    """A run's metrics rows; with `until`, those of steps up to it, as if the run had stopped there, and none for a
+    run without an evaluation at that step (its last one would compare another step)."""
     folder = out / ENV / f"seed{seed}" / arm
     rows = read_metrics(folder) if (folder / METRICS_FILE).is_file() else []
-    return rows if until is None else [row for row in rows if row.get("step", 0) <= until]
+    if until is None:
+        return rows
+    kept = [row for row in rows if row.get("step", 0) <= until]
+    return kept if any(row.get("step") == until and "eval/success" in row for row in kept) else []
 
 
 def last_eval(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -161,7 +167,8 @@ def paired_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], until: int
 
 
 # held-out success, and two greedy readings of the coder that say where a change of success came from: its first
-# program's share of hidden cases passed, and the share of its second-turn replies with no readable program (such a
+# turn's local reward (the share of hidden cases its program passes; -0.5 for no program that compiles), and, over
+# the episodes that reach a second turn, the share of its second-turn replies with no program that compiles (such a
 # reply leaves the first program standing)
 CODER_READINGS = ("eval/coder/turn0/local_reward", "eval/coder/turn1/invalid_move_share")
 GAINED = ("eval/success", "eval_sampled/success", *CODER_READINGS)
@@ -219,11 +226,13 @@ def share_rows(
 CURVES = (*SHARES, "invalid_move_share", "turn0/invalid_move_share")
 
 
-def curves(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> dict[str, dict[str, list[list[float]]]]:
+def curves(
+    out: Path, arms: Sequence[str], seeds: Sequence[int], until: int | None = None
+) -> dict[str, dict[str, list[list[float]]]]:
     """Per arm and `CURVES` name: [step, mean over the seeds that have it] at every training step."""
     found: dict[str, dict[str, list[list[float]]]] = {}
     for arm in arms:
-        runs = [history(out, arm, seed) for seed in seeds]
+        runs = [history(out, arm, seed, until) for seed in seeds]
         for name in CURVES:
             by_step: dict[int, list[float]] = {}
             for rows in runs:
@@ -253,9 +262,14 @@ def number(value: float | None, signed: bool = False) -> str:
 
 
 def report_lines(
-    gains: list[dict[str, Any]], paired: list[dict[str, Any]], shares: list[dict[str, Any]], width: int
+    gains: list[dict[str, Any]],
+    paired: list[dict[str, Any]],
+    shares: list[dict[str, Any]],
+    width: int,
+    until: int | None = None,
 ) -> list[str]:
-    lines = ["# Code tester: held-out gains, paired differences and the tester's shares", ""]
+    title = "# Code tester: held-out gains, paired differences and the tester's shares"
+    lines = [title + ("" if until is None else f", as of step {until}"), ""]
     table = [["arm", "metric", "seeds", "after - before: mean (SE) [95% interval]", "per seed"]]
     for row in gains:
         if row["seeds"]:
@@ -268,7 +282,8 @@ def report_lines(
         if row["seeds"]:
             per_seed = " ".join(f"{d:+.3f}" for d in row["per_seed"])
             table.append([row["pair"], row["metric"], str(len(row["seeds"])), learning.summary_text(row), per_seed])
-    lines += ["## Paired differences at the last evaluation (same seed)", "", learning.markdown_table(table), ""]
+    at = "the last evaluation" if until is None else f"the evaluation at step {until}"
+    lines += [f"## Paired differences at {at} (same seed)", "", learning.markdown_table(table), ""]
     table = [["arm", "share", "seeds", f"training, first {width} steps", f"training, last {width} steps"]]
     table[0] += ["held-out sampled, before RL", "after", "change: mean (SE) [95% interval]"]
     for row in shares:
@@ -288,7 +303,7 @@ def report_lines(
     return lines
 
 
-def plot_shares(out: Path, arms: Sequence[str], seeds: Sequence[int], path: Path) -> None:
+def plot_shares(out: Path, arms: Sequence[str], seeds: Sequence[int], path: Path, until: int | None = None) -> None:
     """The tester's catch share at each training step, one line per team arm (mean over seeds)."""
     import matplotlib
 
@@ -299,7 +314,7 @@ def plot_shares(out: Path, arms: Sequence[str], seeds: Sequence[int], path: Path
     for arm in arms:
         by_step: dict[int, list[float]] = {}
         for seed in seeds:
-            for row in history(out, arm, seed):
+            for row in history(out, arm, seed, until):
                 if row.get("step", 0) > 0 and "rollout/tester/catch_share" in row:
                     by_step.setdefault(row["step"], []).append(row["rollout/tester/catch_share"])
         if by_step:
@@ -324,11 +339,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder (default: runs/code_tester)")
     parser.add_argument("--window", type=int, default=5, help="training steps averaged at the start and the end")
     parser.add_argument("--collect", action="store_true", help="train nothing: report what is saved under OUT")
-    until_help = "report every run as of this step (its evaluations up to it), into OUT/tester_stepN.md and .json"
+    until_help = "train nothing: report the runs with an evaluation at this step as of it, into OUT/tester_stepN.*"
     parser.add_argument("--until", type=int, help=until_help)
     parser.add_argument("overrides", nargs="*", help="key=value training overrides, after the defaults above")
     args = learning.parse_with_overrides(parser, argv)
     args.out = args.out.resolve()
+    if args.until is not None:
+        if args.until < 0:
+            parser.error(f"--until must be a step >= 0, got {args.until}")
+        args.collect = True  # a report of saved runs: nothing trains
     return args
 
 
@@ -343,13 +362,15 @@ def main(argv: list[str] | None = None) -> None:
     gains = gain_rows(args.out, args.arms, args.seeds, args.until)
     paired = paired_rows(args.out, args.arms, args.seeds, args.until)
     shares = share_rows(args.out, args.arms, args.seeds, args.window, args.until)
-    found = curves(args.out, args.arms, args.seeds)
+    found = curves(args.out, args.arms, args.seeds, args.until)
     report = {"command": shlex.join(command), "gains": gains, "paired": paired, "shares": shares, "curves": found}
     name = "tester" if args.until is None else f"tester_step{args.until}"
     (args.out / f"{name}.json").write_text(json.dumps(report, indent=2))
-    text = "\n".join(report_lines(gains, paired, shares, args.window) + curve_lines(found)) + "\n"
+    text = "\n".join(report_lines(gains, paired, shares, args.window, args.until) + curve_lines(found)) + "\n"
     (args.out / f"{name}.md").write_text(text)
-    plot_shares(args.out, [arm for arm in args.arms if arm != "single_grpo"], args.seeds, args.out / "tester_catch.png")
+    team_arms = [arm for arm in args.arms if arm != "single_grpo"]
+    plot_name = "tester_catch.png" if args.until is None else f"tester_catch_step{args.until}.png"
+    plot_shares(args.out, team_arms, args.seeds, args.out / plot_name, args.until)
     print(text)
 
 

@@ -215,9 +215,10 @@ def diagnose(config, warm_path: str, tasks: int, log) -> dict[str, Any]:
     out: dict[str, Any] = {"tasks": tasks, "k": config.k}
     tree = [s for r in run.rollout(train_tasks, run.sampler, config.k, "tree") for s in r.samples]
     for grouping in GROUPINGS:
-        out[grouping] = advantage_breakdown(tree, local_train.sample_advantages(tree, grouping).tolist())
+        scored = local_train.sample_advantages(tree, grouping, config.norm_adv_by_std)
+        out[grouping] = advantage_breakdown(tree, scored.tolist())
     independent = [s for r in run.rollout(train_tasks, run.sampler, config.k, "independent") for s in r.samples]
-    no_tree = local_train.sample_advantages(independent, "task_role_turn").tolist()
+    no_tree = local_train.sample_advantages(independent, "task_role_turn", config.norm_adv_by_std).tolist()
     out["no_tree"] = advantage_breakdown(independent, no_tree)
     return out
 

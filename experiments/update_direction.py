@@ -1,7 +1,7 @@
 """What one update does to what it was given: per role, how the sampled responses' log-probs move by advantage sign.
 
-From a run's saved config (its `model.path`: a warm start), one training rollout of `--tasks` tasks, the advantages
-as that config computes them, one update per `--lr` (each from a fresh copy of the same model, on the same samples),
+From a run's saved config (its `model.path`: a saved model), one training rollout of `--tasks` tasks, the advantages
+as that config computes them, one update per `--lr` on those same samples (each from the saved model loaded afresh),
 then each sample's summed log-prob again. A step that learns raises the responses it rewards; one that mostly pushes
 the penalised ones down moves probability to responses nobody sampled. Also printed: how far the sampler's own
 log-probs are from the trainer's on the same tokens (they must agree: the update scores what was sampled).
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 import statistics
 import sys
 from collections.abc import Sequence
@@ -28,22 +29,22 @@ from verl_mas.local.train import LocalRun, make_tasks, sample_advantages
 from verl_mas.sample import Sample, samples_to_tensors, trainable
 
 
-def response_logprob_sums(run: LocalRun, samples: Sequence[Sample], rows: Sequence[int], policy: str) -> torch.Tensor:
-    """Each of `rows`' summed response log-prob under `policy`'s current weights."""
-    tensors = samples_to_tensors([samples[i] for i in rows], pad_token_id=run.tokenizer.pad_token_id)
-    return (run.trainers[policy].compute_logprobs(tensors) * tensors.response_mask).sum(-1)
-
-
 def sampler_gap(run: LocalRun, samples: Sequence[Sample], rows: Sequence[int], policy: str) -> float:
-    """The largest |sampler log-prob - trainer log-prob| over `rows`' response tokens."""
+    """The largest |sampler log-prob - trainer log-prob| over `rows`' response tokens.
+
+    Raises:
+        ValueError: no sample carries the sampler's log-probs, so there is nothing to compare.
+    """
     tensors = samples_to_tensors([samples[i] for i in rows], pad_token_id=run.tokenizer.pad_token_id)
     trainer = run.trainers[policy].compute_logprobs(tensors)
-    gap = 0.0
-    for row, index in enumerate(rows):
-        sampled = samples[index].logprobs or ()
-        if sampled:
-            gap = max(gap, (trainer[row, : len(sampled)] - torch.tensor(sampled)).abs().max().item())
-    return gap
+    gaps = [
+        (trainer[row, : len(sampled)] - torch.tensor(sampled)).abs().max().item()
+        for row, index in enumerate(rows)
+        if (sampled := samples[index].logprobs)
+    ]
+    if not gaps:
+        raise ValueError(f"no sample of policy {policy!r} carries the sampler's log-probs")
+    return max(gaps)
 
 
 def role_rows(samples: Sequence[Sample], advantages: torch.Tensor, moved: torch.Tensor) -> list[dict[str, Any]]:
@@ -66,32 +67,40 @@ def role_rows(samples: Sequence[Sample], advantages: torch.Tensor, moved: torch.
     return rows
 
 
-def one_update(config_path: Path, lr: float, tasks: int, out: Path) -> dict[str, Any]:
-    """One rollout and one update at `lr` from the saved config's model; the per-role log-prob changes."""
+def fresh_run(saved, lr: float) -> LocalRun:
+    """A run of the saved config at `lr`, its models loaded from `model.path` (and each role's `policy_lr` dropped)."""
+    update = dataclasses.replace(saved.update, lr=lr)
+    return LocalRun(dataclasses.replace(saved, update=update, policy_lr={}), log=lambda line: None)
+
+
+def updates(config_path: Path, rates: Sequence[float], tasks: int) -> list[dict[str, Any]]:
+    """One rollout of `tasks` training tasks from the saved config's model, then one update per rate on those samples,
+    each from the saved model loaded afresh; the per-role log-prob changes."""
     saved = read_config(config_path)
-    config = dataclasses.replace(
-        saved,
-        update=dataclasses.replace(saved.update, lr=lr),
-        policy_lr={},
-        output_dir=str(out),
-        progress=False,
-    )
-    run = LocalRun(config, log=lambda line: None)
-    played = run.rollout(make_tasks(config, "train", 0, tasks), run.sampler, config.k, config.rollout_mode)
+    if not saved.model.path:
+        raise ValueError(f"{config_path}: model.path is empty; this needs a saved model to start every rate from")
+    first = fresh_run(saved, rates[0])
+    played = first.rollout(make_tasks(saved, "train", 0, tasks), first.sampler, saved.k, saved.rollout_mode)
     samples = trainable([s for result in played for s in result.samples])
-    advantages = sample_advantages(samples, config.grouping, config.norm_adv_by_std)
+    advantages = sample_advantages(samples, saved.grouping, saved.norm_adv_by_std)
     by_policy: dict[str, list[int]] = {}
     for index, sample in enumerate(samples):
         by_policy.setdefault(sample.policy, []).append(index)
-    moved = torch.zeros(len(samples))
-    gap = 0.0
-    for policy, rows in by_policy.items():
-        gap = max(gap, sampler_gap(run, samples, rows, policy))
-        before = response_logprob_sums(run, samples, rows, policy)
-        tensors = samples_to_tensors([samples[i] for i in rows], pad_token_id=run.tokenizer.pad_token_id)
-        run.trainers[policy].step(tensors, advantages[rows].unsqueeze(-1) * tensors.response_mask)
-        moved[rows] = response_logprob_sums(run, samples, rows, policy) - before
-    return {"lr": lr, "tasks": tasks, "sampler_gap": gap, "roles": role_rows(samples, advantages, moved)}
+    gap = max(sampler_gap(first, samples, rows, policy) for policy, rows in by_policy.items())
+    results = []
+    start: dict[str, torch.Tensor] = {}  # each policy's log-prob sums under the saved model, from the first rate's run
+    for index, lr in enumerate(rates):
+        run = first if index == 0 else fresh_run(saved, lr)
+        moved = torch.zeros(len(samples))
+        for policy, rows in by_policy.items():
+            tensors = samples_to_tensors([samples[i] for i in rows], pad_token_id=run.tokenizer.pad_token_id)
+            before = (run.trainers[policy].compute_logprobs(tensors) * tensors.response_mask).sum(-1)
+            if not torch.allclose(before, start.setdefault(policy, before), atol=1e-4):
+                raise RuntimeError(f"the saved model loaded again for lr {lr:g} scores the samples differently")
+            run.trainers[policy].step(tensors, advantages[rows].unsqueeze(-1) * tensors.response_mask)
+            moved[rows] = (run.trainers[policy].compute_logprobs(tensors) * tensors.response_mask).sum(-1) - before
+        results.append({"lr": lr, "tasks": tasks, "sampler_gap": gap, "roles": role_rows(samples, advantages, moved)})
+    return results
 
 
 def number(value: float | None) -> str:
@@ -116,12 +125,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, nargs="+", default=[3e-4], help="one update per rate (default: 3e-4)")
     parser.add_argument("--tasks", type=int, default=8, help="training tasks rolled out (default: %(default)s)")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
-    parser.add_argument("--scratch", type=Path, default=Path("runs/update_direction"), help="the runs' folder")
     args = parser.parse_args(argv)
-    results = [one_update(args.config, lr, args.tasks, args.scratch / f"lr{lr:g}") for lr in args.lr]
+    results = updates(args.config, args.lr, args.tasks)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        command = "python experiments/update_direction.py " + " ".join(sys.argv[1:] if argv is None else argv)
+        command = shlex.join(["python", "experiments/update_direction.py", *(sys.argv[1:] if argv is None else argv)])
         args.out.write_text(json.dumps({"command": command, "results": results}, indent=2))
     print(report(results))
 

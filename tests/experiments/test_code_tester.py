@@ -131,11 +131,20 @@ def test_until_reads_every_run_as_of_one_step(code_tester, tmp_path) -> None:
     arms = ["at_grpo_catch_share", "at_grpo_catch_share_centred"]
     gains = {r["arm"]: r for r in code_tester.gain_rows(tmp_path, arms, [0], until=20) if r["metric"] == "eval/success"}
     assert gains["at_grpo_catch_share"]["per_seed"] == pytest.approx([0.25])  # step 20's, not step 40's -0.25
-    assert [row["step"] for row in code_tester.history(tmp_path, arms[0], 0, until=39)] == [0, 20]
+    assert [row["step"] for row in code_tester.history(tmp_path, arms[0], 0, until=20)] == [0, 20]
     paired = code_tester.paired_rows(tmp_path, arms, [0], until=20)
     assert paired[0]["per_seed"] == pytest.approx([0.0])  # 0.75 against 0.75 at the same step
     unmatched = code_tester.paired_rows(tmp_path, arms, [0])  # each run's last evaluation: steps 40 and 20
     assert unmatched[0]["per_seed"] == pytest.approx([0.5])
+    # as of step 40, the run stopped after step 20 has no evaluation there: it is left out, not read at step 20
+    assert code_tester.history(tmp_path, arms[1], 0, until=40) == []
+    assert code_tester.paired_rows(tmp_path, arms, [0], until=40)[0]["seeds"] == []
+    assert code_tester.history(tmp_path, arms[0], 0, until=30) == []  # no evaluation at step 30 either
+    text = "\n".join(code_tester.report_lines([], paired, [], 5, until=20))
+    assert "as of step 20" in text and "Paired differences at the evaluation at step 20" in text
+    assert code_tester.parse_args(["--until", "20"]).collect  # a report of saved runs: nothing trains
+    with pytest.raises(SystemExit):
+        code_tester.parse_args(["--until", "-1"])
 
 
 def test_the_per_role_arm_runs_only_on_request(code_tester) -> None:

@@ -1,5 +1,6 @@
 """experiments/update_direction.py: one rollout, one update per rate, log-prob changes by advantage sign."""
 
+import dataclasses
 import json
 
 import pytest
@@ -26,30 +27,49 @@ def direction():
         yield module
 
 
-def test_a_tiny_rate_moves_next_to_nothing_and_a_large_one_moves_the_samples(direction, tmp_path, monkeypatch):
+def saved_tiny_model(folder, router: str):
+    """A tiny warm-started model saved to `folder`, and a config that starts from it."""
+    from verl_mas.local.train import LocalRun
+
+    config = apply_overrides(LocalTrainConfig(), TINY | {"router": router, "output_dir": str(folder)})
+    run = LocalRun(config, log=lambda line: None)
+    model = next(iter(run.models.values()))
+    model.save_pretrained(folder / "model")
+    run.tokenizer.save_pretrained(str(folder / "model"))
+    return apply_overrides(config, {"model": {"path": str(folder / "model")}})
+
+
+@pytest.mark.parametrize("router", ["shared", "per_role"])
+def test_a_tiny_rate_moves_next_to_nothing_and_a_large_one_moves_the_samples(direction, tmp_path, monkeypatch, router):
+    config = saved_tiny_model(tmp_path, router)
+    saved = tmp_path / "config.json"
+    saved.write_text(config_json(dataclasses.replace(config, norm_adv_by_std=False)))
+    asked = []
+
     # an untrained model's rewards are all alike (zero advantages): give every other sample +1 and the rest -1
     def alternating(samples, grouping, norm_adv_by_std):
+        asked.append(norm_adv_by_std)
         return torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(len(samples))])
 
     monkeypatch.setattr(direction, "sample_advantages", alternating)
-    saved = tmp_path / "config.json"
-    saved.write_text(config_json(apply_overrides(LocalTrainConfig(), TINY)))
     out = tmp_path / "direction.json"
-    direction.main([str(saved), "--lr", "1e-12", "0.05", "--tasks", "2", "--out", str(out), "--scratch", str(tmp_path)])
+    direction.main([str(saved), "--lr", "1e-12", "0.05", "--tasks", "2", "--out", str(out)])
+    assert asked == [False]  # one rollout, scored as the saved config says
     still, moved = json.loads(out.read_text())["results"]
-    for result in (still, moved):
-        assert result["sampler_gap"] < 1e-4  # the sampler's log-probs are the trainer's
-        for row in result["roles"]:
-            assert row["positive"] + row["negative"] <= row["samples"]
-    # the same samples both times (same seed, same model): the counts agree
-    assert [(r["positive"], r["negative"]) for r in still["roles"]] == [
-        (r["positive"], r["negative"]) for r in moved["roles"]
-    ]
-    changes = [r[key] for r in still["roles"] for key in ("mean_change_positive", "mean_change_negative")]
-    assert all(abs(change) < 1e-6 for change in changes if change is not None)  # Adam moves each weight by ~lr
+    assert still["sampler_gap"] < 1e-4  # the sampler's log-probs are the trainer's
+    assert len(moved["roles"]) == 2  # plan and tool, on one model or two
+    for row in still["roles"]:
+        assert abs(row["mean_change_positive"]) < 1e-6 and abs(row["mean_change_negative"]) < 1e-6
     for row in moved["roles"]:  # the update raises what it rewards relative to what it penalises
         assert row["positive"] and row["negative"]
         assert row["mean_change_positive"] > row["mean_change_negative"] + 1e-3
+
+
+def test_a_config_without_a_saved_model_is_refused(direction, tmp_path):
+    saved = tmp_path / "config.json"
+    saved.write_text(config_json(apply_overrides(LocalTrainConfig(), TINY)))
+    with pytest.raises(ValueError, match="model.path is empty"):
+        direction.updates(saved, [1e-3], 2)
 
 
 def test_role_rows_split_by_advantage_sign(direction):
