@@ -154,8 +154,12 @@ PAIRED = ("eval/success", "eval_sampled/success", *(f"eval_sampled/tester/{s}" f
 
 
 def paired_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], until: int | None = None) -> list[dict[str, Any]]:
-    """For every two arms and metric of `PAIRED`: the last evaluation's value of one minus the other's, same seed."""
-    last = {(arm, seed): last_eval(history(out, arm, seed, until)) for arm in arms for seed in seeds}
+    """For every two arms and metric of `PAIRED`: the last evaluation's value of one minus the other's, same seed;
+    and for held-out success, `gain of <metric>`: one arm's gain through RL minus the other's, which leaves out how
+    far apart their warm starts were (the team's and the single agent's are two)."""
+    runs = {(arm, seed): history(out, arm, seed, until) for arm in arms for seed in seeds}
+    last = {key: last_eval(rows) for key, rows in runs.items()}
+    first = {key: next((row for row in rows if "eval/success" in row), None) for key, rows in runs.items()}
     rows = []
     for a, b in itertools.combinations(arms, 2):
         for metric in PAIRED:
@@ -163,6 +167,14 @@ def paired_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], until: int
             differences = [last[b, s][metric] - last[a, s][metric] for s in both]
             row = {"pair": f"{b} - {a}", "metric": metric, "seeds": both, **learning.difference_summary(differences)}
             rows.append(row)
+        for metric in ("eval/success", "eval_sampled/success"):
+            both = [
+                s for s in seeds if all(last[x, s] and metric in last[x, s] and metric in first[x, s] for x in (a, b))
+            ]
+            gains = {x: [last[x, s][metric] - first[x, s][metric] for s in both] for x in (a, b)}
+            differences = [gb - ga for ga, gb in zip(gains[a], gains[b], strict=True)]
+            summary = learning.difference_summary(differences)
+            rows.append({"pair": f"{b} - {a}", "metric": f"gain of {metric}", "seeds": both, **summary})
     return rows
 
 

@@ -400,8 +400,9 @@ def t_quantile_95(df: int) -> float:
 
 def paired_differences(records: list[RunRecord], baseline: str) -> list[dict[str, Any]]:
     """Per (env, method other than `baseline`): after minus the baseline's after on the same seed, greedy and sampled,
-    over the seeds where both finished. The arms of a seed share its warm start (and so their `before`), so this is
-    also the difference of their gains. Mean, standard error (sample std / sqrt n) and the 95% t interval."""
+    over the seeds where both finished. Two team arms of a seed share its warm start (and so their `before`), so for
+    them this is also the difference of their gains; the single agent's warm start is another. Mean, standard error
+    (sample std / sqrt n) and the 95% t interval."""
     finished = {(r.env, r.method, r.seed): r for r in records if not r.error}
     rows = []
     for env, method in dict.fromkeys((r.env, r.method) for r in records if r.method != baseline):
@@ -615,9 +616,9 @@ def paired_section(rows: list[dict[str, Any]]) -> list[str]:
     return [
         f"### Paired differences from `{rows[0]['baseline']}`",
         "",
-        "After RL, each method minus the baseline on the same seed (the same warm start, so also the difference of "
-        "the gains); mean over seeds, its standard error (sample std / sqrt n), and the 95% interval from Student's t "
-        "with n - 1 degrees of freedom.",
+        "After RL, each method minus the baseline on the same seed (for two team methods the same warm start, so also "
+        "the difference of the gains; the single agent has a warm start of its own); mean over seeds, its standard "
+        "error (sample std / sqrt n), and the 95% interval from Student's t with n - 1 degrees of freedom.",
         "",
         markdown_table(paired_cells(rows)),
         "",

@@ -124,6 +124,22 @@ def test_the_coders_readings_are_gains_too(code_tester, tmp_path) -> None:
     assert rows["eval/success"]["per_seed"] == pytest.approx([0.25])
 
 
+def test_the_gain_difference_leaves_out_the_warm_starts_gap(code_tester, tmp_path) -> None:
+    def run(before: float, after: float) -> list[dict]:
+        return [{"step": 0, "eval/success": before}, {"step": 15, "eval/success": after}]
+
+    write_run(tmp_path, "at_grpo_catch_share", 0, run(0.5, 0.75))  # gains +0.25 and +0.5
+    write_run(tmp_path, "at_grpo_catch_share", 1, run(0.25, 0.75))
+    write_run(tmp_path, "single_grpo", 0, run(0.25, 0.25))  # another warm start, lower: gains 0 and -0.25
+    write_run(tmp_path, "single_grpo", 1, run(0.5, 0.25))
+    rows = {r["metric"]: r for r in code_tester.paired_rows(tmp_path, ["at_grpo_catch_share", "single_grpo"], [0, 1])}
+    assert rows["eval/success"]["per_seed"] == pytest.approx([-0.5, -0.5])  # after minus after
+    gain = rows["gain of eval/success"]
+    assert gain["pair"] == "single_grpo - at_grpo_catch_share"
+    assert gain["per_seed"] == pytest.approx([-0.25, -0.75]) and gain["mean"] == pytest.approx(-0.5)
+    assert rows["gain of eval_sampled/success"]["seeds"] == []  # no sampled evaluation recorded
+
+
 def test_until_reads_every_run_as_of_one_step(code_tester, tmp_path) -> None:
     evals = [{"step": 0, "eval/success": 0.5}, {"step": 20, "eval/success": 0.75}, {"step": 40, "eval/success": 0.25}]
     write_run(tmp_path, "at_grpo_catch_share", 0, evals)
