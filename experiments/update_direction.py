@@ -26,16 +26,22 @@ import torch
 
 from verl_mas.local.config import read_config
 from verl_mas.local.train import LocalRun, make_tasks, sample_advantages
-from verl_mas.sample import Sample, samples_to_tensors, trainable
+from verl_mas.sample import Sample, VerlBatchTensors, samples_to_tensors, trainable
 
 
-def sampler_gap(run: LocalRun, samples: Sequence[Sample], rows: Sequence[int], policy: str) -> float:
-    """The largest |sampler log-prob - trainer log-prob| over `rows`' response tokens.
+def summed_logprobs(run: LocalRun, policy: str, tensors: VerlBatchTensors) -> torch.Tensor:
+    """Each row's response log-prob, summed over its tokens, under `policy`'s current weights."""
+    return (run.trainers[policy].compute_logprobs(tensors) * tensors.response_mask).sum(-1)
+
+
+def sampler_gap(
+    run: LocalRun, samples: Sequence[Sample], rows: Sequence[int], policy: str, tensors: VerlBatchTensors
+) -> float:
+    """The largest |sampler log-prob - trainer log-prob| over `rows`' response tokens (`tensors`: those rows).
 
     Raises:
         ValueError: no sample carries the sampler's log-probs, so there is nothing to compare.
     """
-    tensors = samples_to_tensors([samples[i] for i in rows], pad_token_id=run.tokenizer.pad_token_id)
     trainer = run.trainers[policy].compute_logprobs(tensors)
     gaps = [
         (trainer[row, : len(sampled)] - torch.tensor(sampled)).abs().max().item()
@@ -86,19 +92,21 @@ def updates(config_path: Path, rates: Sequence[float], tasks: int) -> list[dict[
     by_policy: dict[str, list[int]] = {}
     for index, sample in enumerate(samples):
         by_policy.setdefault(sample.policy, []).append(index)
-    gap = max(sampler_gap(first, samples, rows, policy) for policy, rows in by_policy.items())
+    pad = first.tokenizer.pad_token_id  # every rate's run loads the same tokenizer
+    tensors = {policy: samples_to_tensors([samples[i] for i in rows], pad) for policy, rows in by_policy.items()}
+    gap = max(sampler_gap(first, samples, rows, policy, tensors[policy]) for policy, rows in by_policy.items())
     results = []
     start: dict[str, torch.Tensor] = {}  # each policy's log-prob sums under the saved model, from the first rate's run
     for index, lr in enumerate(rates):
         run = first if index == 0 else fresh_run(saved, lr)
         moved = torch.zeros(len(samples))
         for policy, rows in by_policy.items():
-            tensors = samples_to_tensors([samples[i] for i in rows], pad_token_id=run.tokenizer.pad_token_id)
-            before = (run.trainers[policy].compute_logprobs(tensors) * tensors.response_mask).sum(-1)
+            batch = tensors[policy]
+            before = summed_logprobs(run, policy, batch)
             if not torch.allclose(before, start.setdefault(policy, before), atol=1e-4):
                 raise RuntimeError(f"the saved model loaded again for lr {lr:g} scores the samples differently")
-            run.trainers[policy].step(tensors, advantages[rows].unsqueeze(-1) * tensors.response_mask)
-            moved[rows] = (run.trainers[policy].compute_logprobs(tensors) * tensors.response_mask).sum(-1) - before
+            run.trainers[policy].step(batch, advantages[rows].unsqueeze(-1) * batch.response_mask)
+            moved[rows] = summed_logprobs(run, policy, batch) - before
         results.append({"lr": lr, "tasks": tasks, "sampler_gap": gap, "roles": role_rows(samples, advantages, moved)})
     return results
 
