@@ -29,7 +29,7 @@ from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import run_on_cpu
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_verl_learning import ROOT, WORK, local_config, paired, verl_command, with_keys  # noqa: E402  (a sibling script)
+from bench_verl_learning import ROOT, WORK, local_config, or_dash, paired, verl_command, with_keys  # noqa: E402  (a sibling script)
 
 RESULTS = ROOT / "docs" / "results" / "rollout_parity.json"
 ROLES = ("tool", "plan")
@@ -137,12 +137,12 @@ def main() -> None:
         "local_steps": local,
         "verl_steps": verl,
     }
-    RESULTS.write_text(json.dumps(result, indent=1))
+    RESULTS.write_text(json.dumps(result, indent=1, allow_nan=False))
     print(f"{args.steps} steps x {args.tasks_per_step} boards, lr {FROZEN_LR} (one policy), verl - local per step:")
     for name, c in result["comparison"].items():
         print(
             f"  {name:28} local {c['local']:7.3f}  verl {c['verl']:7.3f}  "
-            f"difference {c['difference']:+.3f} ± {c['se']:.3f} ({c['z']:+.1f} SE)"
+            f"difference {c['difference']:+.3f} ± {or_dash(c['se'], '.3f')} ({or_dash(c['z'], '+.1f')} SE)"
         )
 
 

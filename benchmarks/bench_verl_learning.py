@@ -62,12 +62,18 @@ VERL_TIMES = {
 }
 
 
-def paired(after: np.ndarray, before: np.ndarray) -> dict[str, float]:
-    """Mean of the per-board differences `after - before` and its standard error (sd / sqrt(boards))."""
+def paired(after: np.ndarray, before: np.ndarray) -> dict[str, float | None]:
+    """Mean of the per-board differences `after - before`, its standard error (sd / sqrt(boards)) and their ratio;
+    None (JSON null) where one board leaves no se, or no spread leaves no z."""
     difference = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
-    se = float(difference.std(ddof=1) / math.sqrt(len(difference))) if len(difference) > 1 else math.nan
+    se = float(difference.std(ddof=1) / math.sqrt(len(difference))) if len(difference) > 1 else None
     mean = float(difference.mean())
-    return {"mean": mean, "se": se, "z": mean / se if se > 0 else math.nan}
+    return {"mean": mean, "se": se, "z": mean / se if se else None}
+
+
+def or_dash(value: float | None, spec: str) -> str:
+    """`value` formatted by `spec`, or "-" for a figure that is not defined (None)."""
+    return "-" if value is None else format(value, spec)
 
 
 def median_times(rows: list[dict], names: dict[str, str | None]) -> dict[str, float | None]:
@@ -103,7 +109,9 @@ class LoadSampler:
                 return
 
     def summary(self) -> dict[str, float]:
-        values = self.readings or [math.nan]
+        values = self.readings
+        if not values:  # a run shorter than one period: nothing was read
+            return {"min": None, "median": None, "max": None, "readings": 0}
         return {"min": min(values), "median": statistics.median(values), "max": max(values), "readings": len(values)}
 
 
@@ -223,7 +231,7 @@ def training_spread(boards: dict[str, dict[int, dict]], spread: dict[int, dict[i
         for step in sorted(set(boards["verl"]).intersection(*runs)):
             local = [float(np.mean(run[step][mode])) for run in runs]
             verl = float(np.mean(boards["verl"][step][mode]))
-            sd = float(np.std(local, ddof=1)) if len(local) > 1 else math.nan
+            sd = float(np.std(local, ddof=1)) if len(local) > 1 else None
             mean = float(np.mean(local))
             rows.append(
                 {
@@ -232,7 +240,7 @@ def training_spread(boards: dict[str, dict[int, dict]], spread: dict[int, dict[i
                     "local_mean": mean,
                     "local_sd": sd,
                     "verl": verl,
-                    "verl_in_local_sds": (verl - mean) / sd if sd > 0 else math.nan,
+                    "verl_in_local_sds": (verl - mean) / sd if sd else None,
                 }
             )
         out[mode] = rows
@@ -305,7 +313,7 @@ def cached(path: Path, compute: Callable[[], dict], reuse: bool) -> dict:
     if reuse and path.exists():
         return json.loads(path.read_text())
     value = compute()
-    path.write_text(json.dumps(value, indent=1))
+    path.write_text(json.dumps(value, indent=1, allow_nan=False))
     return value
 
 
@@ -330,7 +338,7 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
         "verl": lambda: run_verl(overrides, work / "verl", args.timeout, args.stop_at),
     }
     if args.verl_stopped:  # the verl run in the work folder was stopped by hand: summarise what it left
-        runs["verl"] = lambda: verl_summary(CpuRun(work / "verl", None, math.nan)) | {"load_average": None}
+        runs["verl"] = lambda: verl_summary(CpuRun(work / "verl", None, None)) | {"load_average": None}
     engines = {engine: cached(work / f"{engine}.json", runs[engine], args.reuse) for engine in args.engines}
     if args.engines != ENGINES:  # one engine's run, kept in the work folder for a later --reuse
         return None
@@ -384,7 +392,7 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{args.router}.json"
-    path.write_text(json.dumps(result, indent=1))
+    path.write_text(json.dumps(result, indent=1, allow_nan=False))
     return path
 
 
@@ -396,22 +404,27 @@ def print_report(path: Path) -> None:
             c = result["engines"][engine]["curve"][mode]
             readings = "  ".join(f"{s}:{v:.3f}" for s, v in zip(c["steps"], c["success"], strict=True))
             last = c["change"][-1]
-            change = f"change {last['mean']:+.3f} ± {last['se']:.3f} ({last['z']:+.1f} SE)"
+            change = f"change {last['mean']:+.3f} ± {or_dash(last['se'], '.3f')} ({or_dash(last['z'], '+.1f')} SE)"
             print(f"  {mode:7} {engine:5} {readings}   {change}")
         gaps = result["verl_minus_local"][mode]
-        print(f"  {mode:7} verl - local: " + "  ".join(f"{s}:{d['mean']:+.3f}±{d['se']:.3f}" for s, d in gaps.items()))
+        gap_text = "  ".join(f"{s}:{d['mean']:+.3f}±{or_dash(d['se'], '.3f')}" for s, d in gaps.items())
+        print(f"  {mode:7} verl - local: {gap_text}")
     for mode, rows in result.get("training_spread", {}).items():
         if rows and len(rows[0]["local"]) > 1:
             shown = "  ".join(
-                f"{r['step']}:{r['local_mean']:.3f}±{r['local_sd']:.3f}/{r['verl_in_local_sds']:+.1f}" for r in rows
+                f"{r['step']}:{r['local_mean']:.3f}±{or_dash(r['local_sd'], '.3f')}"
+                f"/{or_dash(r['verl_in_local_sds'], '+.1f')}"
+                for r in rows
             )
             print(f"  {mode:7} local runs mean±sd / verl in local sds: {shown}")
     for engine in ENGINES:
         times = result["engines"][engine]["times"]
         shown = ", ".join(f"{k} {'-' if v is None else f'{v:.2f}'}" for k, v in times.items())
         load = result["engines"][engine]["load_average"]
-        seen = f"load average {load['min']:.1f}-{load['max']:.1f} (median {load['median']:.1f})" if load else ""
-        print(f"  {engine} median step times (s): {shown}; wall {result['engines'][engine]['wall_s']:.0f} s {seen}")
+        read = load and load["readings"]
+        seen = f"load average {load['min']:.1f}-{load['max']:.1f} (median {load['median']:.1f})" if read else ""
+        wall = or_dash(result["engines"][engine]["wall_s"], ".0f")
+        print(f"  {engine} median step times (s): {shown}; wall {wall} s {seen}")
 
 
 def plot(paths: list[Path]) -> None:
@@ -427,7 +440,7 @@ def plot(paths: list[Path]) -> None:
             for mode, style in (("sampled", "-"), ("greedy", "--")):
                 c = result["engines"][engine]["curve"][mode]
                 start = c["success"][0]
-                errors = [d["se"] if s else 0.0 for s, d in zip(c["steps"], c["change"], strict=True)]
+                errors = [(d["se"] or 0.0) if s else 0.0 for s, d in zip(c["steps"], c["change"], strict=True)]
                 axis.errorbar(
                     c["steps"],
                     c["success"],

@@ -1,7 +1,5 @@
 """benchmarks/bench_verl_learning.py: its paired statistics, verl's mini-batch size, overrides and saved step."""
 
-import math
-
 import numpy as np
 import pytest
 from script_testkit import loaded_script
@@ -24,7 +22,9 @@ def test_paired_change_is_the_mean_difference_with_its_standard_error(bench):
     assert change["mean"] == pytest.approx(0.375)
     assert change["se"] == pytest.approx(difference.std(ddof=1) / 2)
     assert change["z"] == pytest.approx(change["mean"] / change["se"])
-    assert math.isnan(bench.paired(before, before)["z"])  # no spread: no z
+    assert bench.paired(before, before)["z"] is None  # no spread: no z (JSON null, not a bare NaN)
+    assert bench.paired(after[:1], before[:1])["se"] is None  # one board: no se
+    assert bench.or_dash(None, "+.1f") == "-" and bench.or_dash(-0.25, "+.1f") == "-0.2"
 
 
 def test_one_mini_batch_holds_every_sample_a_policy_can_get(bench):
@@ -65,7 +65,7 @@ def test_training_spread_reads_verl_against_the_local_runs_mean_and_sd(bench):
     assert [row["step"] for row in rows] == [0]  # sampler seed 2 has no step 25: only steps every run has
     spread.pop(2)
     first, second = bench.training_spread(boards, spread)["greedy"]
-    assert math.isnan(first["verl_in_local_sds"])  # every run reads 0.5: no spread
+    assert first["verl_in_local_sds"] is None  # every run reads 0.5: no spread
     assert second["local"] == [1.0, 0.5] and second["local_mean"] == pytest.approx(0.75)
     assert second["local_sd"] == pytest.approx(np.std([1.0, 0.5], ddof=1))
     assert second["verl_in_local_sds"] == pytest.approx((0.0 - 0.75) / np.std([1.0, 0.5], ddof=1))

@@ -24,7 +24,7 @@ class CpuRun:
 
     folder: Path
     returncode: int | None
-    wall_s: float
+    wall_s: float | None  # None: a run summarised after the fact, not timed here
 
     def log(self) -> str:
         return (self.folder / LOG_FILE).read_text(errors="replace")
