@@ -269,10 +269,6 @@ def curve_lines(found: dict[str, dict[str, list[list[float]]]]) -> list[str]:
     return ["## The tester's replies at every training step (mean over seeds)", "", learning.markdown_table(table), ""]
 
 
-def number(value: float | None, signed: bool = False) -> str:
-    return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
-
-
 def report_lines(
     gains: list[dict[str, Any]],
     paired: list[dict[str, Any]],
@@ -304,10 +300,10 @@ def report_lines(
                 row["arm"],
                 row["share"],
                 str(row["seeds"]),
-                number(row["train_first"]),
-                number(row["train_last"]),
-                number(row["eval_before"]),
-                number(row["eval_after"]),
+                learning.number(row["train_first"]),
+                learning.number(row["train_last"]),
+                learning.number(row["eval_before"]),
+                learning.number(row["eval_after"]),
                 learning.summary_text(row["eval_change"]) if row["eval_change"]["n"] else "-",
             ]
         )

@@ -434,6 +434,11 @@ def difference_summary(differences: list[float]) -> dict[str, Any]:
     }
 
 
+def number(value: float | None, signed: bool = False) -> str:
+    """`value` to three decimals (with its sign when `signed`), or "-" for a figure that is missing."""
+    return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
+
+
 def summary_text(summary: dict[str, Any]) -> str:
     """A `difference_summary` as "mean (SE) [95% interval]", leaving out what it lacks; "-" without a mean."""
     if summary["mean"] is None:

@@ -24,6 +24,9 @@ from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import learning  # noqa: E402  (the experiments' shared harness, in the same folder)
+
 from verl_mas.local.config import read_config
 from verl_mas.local.train import LocalRun, make_tasks, sample_advantages
 from verl_mas.sample import Sample, VerlBatchTensors, samples_to_tensors, trainable
@@ -111,17 +114,14 @@ def updates(config_path: Path, rates: Sequence[float], tasks: int) -> list[dict[
     return results
 
 
-def number(value: float | None) -> str:
-    return "-" if value is None else f"{value:+.3f}"
-
-
 def report(results: Sequence[dict[str, Any]]) -> str:
     lines = ["| lr | role | samples | adv > 0 | adv < 0 | log-prob change, adv > 0 | adv < 0 |", "|" + "---|" * 7]
     for result in results:
         for row in result["roles"]:
             lines.append(
                 f"| {result['lr']:g} | {row['role']} | {row['samples']} | {row['positive']} | {row['negative']} "
-                f"| {number(row['mean_change_positive'])} | {number(row['mean_change_negative'])} |"
+                f"| {learning.number(row['mean_change_positive'], signed=True)} "
+                f"| {learning.number(row['mean_change_negative'], signed=True)} |"
             )
     gaps = ", ".join(f"{r['lr']:g}: {r['sampler_gap']:.1e}" for r in results)
     return "\n".join(lines) + f"\n\nlargest |sampler - trainer| log-prob per token: {gaps}\n"
