@@ -275,18 +275,37 @@ def method_config(config: LocalTrainConfig, name: str, warm_path: str, folder: P
     return apply_train_overrides(config, overrides)
 
 
-def saved_history(config: LocalTrainConfig) -> list[dict[str, Any]] | None:
-    """The metrics a run of exactly this config saved in config.output_dir, finished or not, else None.
+@dataclass(frozen=True)
+class SavedRun:
+    """What config.output_dir holds for a config: the run's metrics, or why it holds no run of exactly that config."""
+
+    history: list[dict[str, Any]] | None
+    why_not: str | None = None
+
+
+def flat_keys(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested JSON object's leaves by dotted key (`update.lr`)."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    return {k: v for key, item in value.items() for k, v in flat_keys(item, f"{prefix}{key}.").items()} or {prefix: {}}
+
+
+def saved_run(config: LocalTrainConfig) -> SavedRun:
+    """The metrics a run of exactly this config saved in config.output_dir, finished or not; else why not.
 
     The saved config is read back through `read_config`, so a run saved before a key existed counts as run with that
     key's default (a new key's default keeps what the code did before it)."""
     folder = Path(config.output_dir)
     try:
-        saved = config_json(read_config(folder / CONFIG_FILE))
+        saved = read_config(folder / CONFIG_FILE)
         history = read_metrics(folder)
-    except (OSError, ValueError):  # also unreadable JSON, or a key this code no longer knows
-        return None
-    return history if saved == config_json(config) else None
+    except (OSError, ValueError) as exc:  # a missing file, unreadable JSON, or a key this code no longer knows
+        return SavedRun(None, str(exc))
+    if (saved_json := config_json(saved)) != config_json(config):
+        had, wanted = flat_keys(json.loads(saved_json)), flat_keys(json.loads(config_json(config)))
+        differing = sorted(key.rstrip(".") for key in had.keys() | wanted.keys() if had.get(key) != wanted.get(key))
+        return SavedRun(None, "its saved config differs at " + ", ".join(differing))
+    return SavedRun(history)
 
 
 def is_finished(config: LocalTrainConfig, history: list[dict[str, Any]]) -> bool:
@@ -295,7 +314,7 @@ def is_finished(config: LocalTrainConfig, history: list[dict[str, Any]]) -> bool
 
 def finished_history(config: LocalTrainConfig) -> list[dict[str, Any]] | None:
     """The metrics of a run that already finished in config.output_dir with exactly this config, else None."""
-    history = saved_history(config)
+    history = saved_run(config).history
     return history if history is not None and is_finished(config, history) else None
 
 
@@ -304,9 +323,9 @@ def collected_record(config: LocalTrainConfig, name: str) -> RunRecord:
 
     A stopped run reports its last evaluation as `after`; a folder without a run of exactly this config is an error.
     """
-    history = saved_history(config)
-    if history is None:
-        error = f"no saved run of this config in {config.output_dir}"
+    saved = saved_run(config)
+    if (history := saved.history) is None:
+        error = f"no saved run of this config in {config.output_dir} ({saved.why_not})"
         return RunRecord(config.env, name, config.seed, config.output_dir, error=error)
     record = run_record(config, name, history, reused_wall_s(history))
     if not record.evals:

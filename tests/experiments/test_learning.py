@@ -71,11 +71,18 @@ def test_a_run_saved_before_a_key_existed_counts_as_run_with_its_default(learnin
     del older["norm_adv_by_std"]  # as written before the key existed
     saved.write_text(json.dumps(older, indent=2))
     config = learning.read_config(saved)
-    assert learning.saved_history(config) == rows
-    assert learning.saved_history(dataclasses.replace(config, norm_adv_by_std=False)) is None  # not its default
+    assert learning.saved_run(config) == learning.SavedRun(rows)
+    other = dataclasses.replace(config, norm_adv_by_std=False, update=dataclasses.replace(config.update, lr=0.5))
+    why = "its saved config differs at norm_adv_by_std, update.lr"
+    assert learning.saved_run(other) == learning.SavedRun(None, why)
     older["no_such_key"] = 1  # a key this code does not know: not this config
     saved.write_text(json.dumps(older, indent=2))
-    assert learning.saved_history(config) is None
+    unknown = learning.saved_run(config)
+    assert unknown.history is None and "no_such_key" in unknown.why_not
+    (saved.parent / "metrics.jsonl").unlink()
+    saved.unlink()
+    missing = learning.saved_run(config)
+    assert missing.history is None and missing.why_not.endswith("config.json is missing")
 
 
 def test_collect_needs_an_evaluation(learning, tmp_path):
