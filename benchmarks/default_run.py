@@ -34,6 +34,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from verl_mas.local.config import CONFIG_FILE
+from verl_mas.local.reporting import read_metrics
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results" / "default_run.json"
 CURVE = REPO / "docs" / "results" / "default_learning_curve.png"
@@ -48,9 +51,7 @@ ROLLOUT_KEYS = ("success", "reward", "invalid_move_share", "zero_variance_share"
 
 def read_run(run_dir: Path) -> tuple[dict, list[dict]]:
     """A run's config.json and its metrics.jsonl rows."""
-    config = json.loads((run_dir / "config.json").read_text())
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return config, rows
+    return json.loads((run_dir / CONFIG_FILE).read_text()), read_metrics(run_dir)
 
 
 def reading(success: float, n: int) -> dict:
