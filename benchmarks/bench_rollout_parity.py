@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from verl_mas.dataset import write_dataset
+from verl_mas.env import Workflow, make_env
 from verl_mas.local.export import export_policies
 from verl_mas.local.train import train
 from verl_mas.overrides import apply_overrides
@@ -32,8 +33,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_verl_learning import ROOT, WORK, local_config, or_dash, paired, verl_command, with_keys  # noqa: E402  (a sibling script)
 
 RESULTS = ROOT / "docs" / "results" / "rollout_parity.json"
-ROLES = ("tool", "plan")
-TURNS = (0, 1, 2)
 FROZEN_LR = 1e-12
 
 
@@ -45,30 +44,32 @@ ROLE_FIGURES = {
 }
 
 
-def role_figures(row: dict, engine: int) -> dict[str, float]:
-    """`row`'s per-role figures; `engine` 0 reads the local engine's keys, 1 verl's."""
+def role_figures(row: dict, engine: int, workflow: Workflow) -> dict[str, float]:
+    """`row`'s per-role figures for `workflow`'s roles; `engine` 0 reads the local engine's keys, 1 verl's."""
     return {
-        f"{role}/{name}": row[keys[engine].format(role=role)] for name, keys in ROLE_FIGURES.items() for role in ROLES
+        f"{role}/{name}": row[keys[engine].format(role=role)]
+        for name, keys in ROLE_FIGURES.items()
+        for role in workflow.roles
     }
 
 
-def local_step_metrics(row: dict) -> dict[str, float]:
-    """One local step's figures under the names `verl_step_metrics` gives verl's: the per-turn ones pool both roles,
+def local_step_metrics(row: dict, workflow: Workflow) -> dict[str, float]:
+    """One local step's figures under the names `verl_step_metrics` gives verl's: the per-turn ones pool the roles,
     as verl's `mas/turn_<t>/*` do."""
-    out = role_figures(row, 0)
-    for turn in TURNS:
-        counts = {role: row.get(f"rollout/{role}/turn{turn}/samples", 0.0) for role in ROLES}
+    out = role_figures(row, 0, workflow)
+    for turn in range(workflow.max_turns):
+        counts = {role: row.get(f"rollout/{role}/turn{turn}/samples", 0.0) for role in workflow.roles}
         samples = sum(counts.values())
         out[f"turn_{turn}/samples"] = samples
         if samples:
-            rewards = sum(counts[r] * row[f"rollout/{r}/turn{turn}/reward"] for r in ROLES if counts[r])
+            rewards = sum(counts[r] * row[f"rollout/{r}/turn{turn}/reward"] for r in workflow.roles if counts[r])
             out[f"turn_{turn}/reward"] = rewards / samples
     return out
 
 
-def verl_step_metrics(row: dict) -> dict[str, float]:
-    out = role_figures(row, 1)
-    for turn in TURNS:
+def verl_step_metrics(row: dict, workflow: Workflow) -> dict[str, float]:
+    out = role_figures(row, 1, workflow)
+    for turn in range(workflow.max_turns):
         out[f"turn_{turn}/samples"] = row.get(f"mas/turn_{turn}/samples", 0.0)
         if f"mas/turn_{turn}/reward/mean" in row:
             out[f"turn_{turn}/reward"] = row[f"mas/turn_{turn}/reward/mean"]
@@ -117,7 +118,8 @@ def main() -> None:
     n_train = config.steps * config.tasks_per_step
     write_dataset(config.env, work / "data", n_train=n_train, n_eval=1, seed=config.seed, options=config.env_options)
     summary = train(apply_overrides(config, {"model": {"path": str(model)}}), log=lambda _: None)
-    local = {row["step"]: local_step_metrics(row) for row in summary.history if "time/step_s" in row}
+    workflow = make_env(config.env, **config.env_options).workflow()
+    local = {row["step"]: local_step_metrics(row, workflow) for row in summary.history if "time/step_s" in row}
     overrides = with_keys(
         verl_command(config, args, model, work / "data", work / "verl"),
         {"trainer.save_freq": -1, "trainer.val_before_train": "false", "trainer.test_freq": -1},
@@ -125,7 +127,9 @@ def main() -> None:
     run = run_on_cpu(work / "verl", overrides, args.timeout)
     if run.returncode != 0:
         raise SystemExit(f"the verl run failed ({run.returncode}); see {run.folder / 'log.txt'}")
-    verl = {row["step"]: verl_step_metrics(row["data"]) for row in run.metrics() if "timing_s/step" in row["data"]}
+    verl = {
+        row["step"]: verl_step_metrics(row["data"], workflow) for row in run.metrics() if "timing_s/step" in row["data"]
+    }
     result = {
         "date": datetime.date.today().isoformat(),
         "command": f"python benchmarks/bench_rollout_parity.py --steps {args.steps}",
