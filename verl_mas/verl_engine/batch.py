@@ -225,17 +225,24 @@ def split_by_policy(
     return parts
 
 
-def save_update_batch(folder: str, step: int, policy: str, part: KVBatchMeta) -> Path:
-    """Save what `policy`'s update is about to receive, fetched as verl's worker fetches it (the fields the batch's
-    metadata lists), to <folder>/step_<step>/<policy>.pt, so that the update can be replayed elsewhere.
+def fetch_update_batch(part: KVBatchMeta) -> TensorDict:
+    """What `part`'s update receives, fetched as verl's worker fetches it (the fields its metadata lists), plus the
+    sample tags (`extra_fields`) even where that list leaves them out: one fetch serves the audit and the capture."""
+    fields = list(part.fields or [])
+    tagged = fields if "extra_fields" in fields else [*fields, "extra_fields"]
+    return tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=tagged)
+
+
+def save_update_batch(folder: str, step: int, policy: str, part: KVBatchMeta, data: TensorDict) -> Path:
+    """Save `data` (`fetch_update_batch(part)`) to <folder>/step_<step>/<policy>.pt, so that the update can be
+    replayed elsewhere.
 
     The file holds {"step", "policy", "padding": [n] bool, "tensors": {field: the list of its n rows}}, nested and
-    padded fields alike; fields that are not tensors (the sample tags, prompts as text) are left out.
+    padded fields alike, for the fields `part`'s metadata lists; fields that are not tensors (the sample tags, prompts
+    as text) are left out.
     """
-    fields = list(part.fields or [])
-    data = tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=fields)
     tensors = {}
-    for name in fields:
+    for name in part.fields or []:
         value = data.get(name, None)
         if isinstance(value, torch.Tensor):
             tensors[name] = [row.clone() for row in value.unbind()]
@@ -246,14 +253,10 @@ def save_update_batch(folder: str, step: int, policy: str, part: KVBatchMeta) ->
     return path
 
 
-def append_update_audit(path: str, step: int, policy: str, part: KVBatchMeta) -> None:
-    """Append what `policy`'s update is about to receive to the JSONL at `path`, fetched as verl's worker fetches it
-    (only the fields the batch's metadata lists)."""
-    fields = list(part.fields or [])
-    # the tags come along even when the update's own field list leaves them out
-    tagged = fields if "extra_fields" in fields else [*fields, "extra_fields"]
-    data = tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=tagged)
-    record = update_audit_record(step, policy, fields, data, batch_tags(data["extra_fields"], part.tags))
+def append_update_audit(path: str, step: int, policy: str, part: KVBatchMeta, data: TensorDict) -> None:
+    """Append the audit record of `data` (`fetch_update_batch(part)`) to the JSONL at `path`."""
+    tags = batch_tags(data["extra_fields"], part.tags)
+    record = update_audit_record(step, policy, list(part.fields or []), data, tags)
     path = os.path.expanduser(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a", encoding="utf-8") as out:

@@ -40,6 +40,7 @@ from verl_mas.verl_engine.batch import (
     append_update_audit,
     at_grpo_advantages,
     batch_tags,
+    fetch_update_batch,
     infra_failures,
     reward_scores,
     sample_metrics,
@@ -418,10 +419,13 @@ class AtGrpoTrainer(PPOTrainerSync):
 
     def _record_update(self, policy: str, part: KVBatchMeta) -> None:
         """What `policy`'s update is about to receive, into mas.update_audit and mas.update_capture (where set)."""
+        if not (self.mas.update_audit or self.mas.update_capture):
+            return
+        data = fetch_update_batch(part)
         if self.mas.update_audit:
-            append_update_audit(self.mas.update_audit, self.global_steps, policy, part)
+            append_update_audit(self.mas.update_audit, self.global_steps, policy, part, data)
         if self.mas.update_capture:
-            save_update_batch(self.mas.update_capture, self.global_steps, policy, part)
+            save_update_batch(self.mas.update_capture, self.global_steps, policy, part, data)
 
     def _log_probs_together(
         self, parts: dict[str, KVBatchMeta], metrics: dict, timing_raw: dict, check: Path | None

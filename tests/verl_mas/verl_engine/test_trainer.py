@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -15,6 +16,7 @@ from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 from verl_mas.verl_engine.batch import (
     SampleTags,
     at_grpo_advantages,
+    fetch_update_batch,
     reward_scores,
     sample_metrics,
     save_update_batch,
@@ -240,13 +242,47 @@ def test_update_capture_saves_the_listed_tensor_fields_as_the_worker_fetches_the
         partition_id=stored.partition_id,
         fields=listed,
     )
-    path = save_update_batch(str(tmp_path / "cap"), 7, "plan", part)
+    path = save_update_batch(str(tmp_path / "cap"), 7, "plan", part, fetch_update_batch(part))
     assert path == tmp_path / "cap" / "step_7" / "plan.pt"
     saved = torch.load(path)
     assert (saved["step"], saved["policy"], saved["padding"]) == (7, "plan", [False, True, False])
     assert sorted(saved["tensors"]) == ["dummy_tensor", "response_mask"]  # tags are not tensors; unlisted not fetched
     assert [row.tolist() for row in saved["tensors"]["response_mask"]] == masks
     assert [row.tolist() for row in saved["tensors"]["dummy_tensor"]] == [[0, 0], [1, -1], [2, -2]]
+
+
+def test_the_audit_and_the_capture_share_one_fetch_of_the_update_batch(transfer_queue, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from verl_mas.verl_engine import batch as batch_module
+
+    rows = {
+        f"both_{i}": {
+            "response_mask": torch.tensor([1, 1]),
+            "advantages": torch.full((2,), float(i)),
+            "extra_fields": {"task_uid": "T", "role": "a", "turn": 0, "policy": "plan", "mixed_reward": float(i)},
+        }
+        for i in range(2)
+    }
+    stored = put_rows(transfer_queue, rows, "both")
+    part = KVBatchMeta(
+        keys=stored.keys, tags=[{}, {}], partition_id=stored.partition_id, fields=["response_mask", "advantages"]
+    )
+    fetches = []
+    fetch = batch_module.tq.kv_batch_get
+    monkeypatch.setattr(batch_module.tq, "kv_batch_get", lambda **kw: fetches.append(kw) or fetch(**kw))
+    audit, capture = tmp_path / "audit.jsonl", tmp_path / "cap"
+    trainer = SimpleNamespace(mas=SimpleNamespace(update_audit=str(audit), update_capture=str(capture)), global_steps=3)
+    AtGrpoTrainer._record_update(trainer, "plan", part)
+    assert len(fetches) == 1 and fetches[0]["select_fields"] == ["response_mask", "advantages", "extra_fields"]
+    (record,) = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [row["advantage"] for row in record["rows"]] == [0.0, 1.0]
+    assert record["fields"] == ["advantages", "response_mask"]
+    saved = torch.load(capture / "step_3" / "plan.pt")
+    assert sorted(saved["tensors"]) == ["advantages", "response_mask"]
+    trainer.mas = SimpleNamespace(update_audit=None, update_capture=None)
+    AtGrpoTrainer._record_update(trainer, "plan", part)
+    assert len(fetches) == 1  # neither on: nothing fetched
 
 
 def test_a_row_the_judge_could_not_run_is_in_no_group_and_counted():
