@@ -35,6 +35,7 @@ import shlex
 import statistics
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -138,6 +139,25 @@ def history(out: Path, arm: str, seed: int, until: int | None = None) -> list[di
     return kept if any(row.get("step") == until and "eval/success" in row for row in kept) else []
 
 
+@dataclass(frozen=True)
+class Runs:
+    """Every (arm, seed) run's metrics rows, read once for all the report's tables ([] for a run not there)."""
+
+    arms: tuple[str, ...]
+    seeds: tuple[int, ...]
+    rows: dict[tuple[str, int], list[dict[str, Any]]]
+
+    @classmethod
+    def read(cls, out: Path, arms: Sequence[str], seeds: Sequence[int], until: int | None = None) -> Runs:
+        """The runs under `out`, as of step `until` where given (`history`)."""
+        rows = {(arm, seed): history(out, arm, seed, until) for arm in arms for seed in seeds}
+        return cls(tuple(arms), tuple(seeds), rows)
+
+    def of(self, arm: str) -> list[list[dict[str, Any]]]:
+        """`arm`'s runs, one per seed, in seed order."""
+        return [self.rows[arm, seed] for seed in self.seeds]
+
+
 def last_eval(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     evals = [row for row in rows if "eval/success" in row]
     return evals[-1] if len(evals) > 1 else None
@@ -153,15 +173,15 @@ def training_window(rows: list[dict[str, Any]], key: str, first: bool, width: in
 PAIRED = ("eval/success", "eval_sampled/success", *(f"eval_sampled/tester/{s}" for s in SHARES))
 
 
-def paired_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], until: int | None = None) -> list[dict[str, Any]]:
+def paired_rows(runs: Runs) -> list[dict[str, Any]]:
     """For every two arms and metric of `PAIRED`: the last evaluation's value of one minus the other's, same seed;
     and for held-out success, `gain of <metric>`: one arm's gain through RL minus the other's, which leaves out how
     far apart their warm starts were (the team's and the single agent's are two)."""
-    runs = {(arm, seed): history(out, arm, seed, until) for arm in arms for seed in seeds}
-    last = {key: last_eval(rows) for key, rows in runs.items()}
-    first = {key: next((row for row in rows if "eval/success" in row), None) for key, rows in runs.items()}
+    seeds = runs.seeds
+    last = {key: last_eval(rows) for key, rows in runs.rows.items()}
+    first = {key: next((row for row in rows if "eval/success" in row), None) for key, rows in runs.rows.items()}
     rows = []
-    for a, b in itertools.combinations(arms, 2):
+    for a, b in itertools.combinations(runs.arms, 2):
         for metric in PAIRED:
             both = [s for s in seeds if last[a, s] and last[b, s] and metric in last[a, s] and metric in last[b, s]]
             differences = [last[b, s][metric] - last[a, s][metric] for s in both]
@@ -186,12 +206,12 @@ CODER_READINGS = ("eval/coder/turn0/local_reward", "eval/coder/turn1/invalid_mov
 GAINED = ("eval/success", "eval_sampled/success", *CODER_READINGS)
 
 
-def gain_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], until: int | None = None) -> list[dict[str, Any]]:
+def gain_rows(runs: Runs) -> list[dict[str, Any]]:
     """Per arm and metric of `GAINED`: the last evaluation's value minus the first's (before RL) in each seed's run,
     so each seed is paired with its own warm start; mean, SE and 95% t interval over the seeds."""
-    rows = []
-    for arm in arms:
-        evals = {seed: [row for row in history(out, arm, seed, until) if "eval/success" in row] for seed in seeds}
+    rows, seeds = [], runs.seeds
+    for arm in runs.arms:
+        evals = {seed: [row for row in runs.rows[arm, seed] if "eval/success" in row] for seed in seeds}
         for metric in GAINED:
             both = [s for s in seeds if last_eval(evals[s]) and metric in evals[s][0] and metric in evals[s][-1]]
             gains = [evals[s][-1][metric] - evals[s][0][metric] for s in both]
@@ -199,21 +219,18 @@ def gain_rows(out: Path, arms: Sequence[str], seeds: Sequence[int], until: int |
     return rows
 
 
-def share_rows(
-    out: Path, arms: Sequence[str], seeds: Sequence[int], width: int, until: int | None = None
-) -> list[dict[str, Any]]:
+def share_rows(runs: Runs, width: int) -> list[dict[str, Any]]:
     """Per arm and share (of every turn's tester moves, and of the first turn's): its mean over seeds in the first
     and last `width` training steps, and at the held-out evaluations (sampled) before RL and after, with the standard
     error over seeds of the change."""
     rows = []
-    for arm in arms:
-        runs = [history(out, arm, seed, until) for seed in seeds]
-        runs = [rows_ for rows_ in runs if last_eval(rows_)]
+    for arm in runs.arms:
+        evaluated = [run for run in runs.of(arm) if last_eval(run)]
         for share in (*SHARES, *(f"turn0/{name}" for name in SHARES)):
             key = f"rollout/tester/{share}"
-            early = [v for r in runs if (v := training_window(r, key, True, width)) is not None]
-            late = [v for r in runs if (v := training_window(r, key, False, width)) is not None]
-            evals = [[row for row in r if "eval/success" in row] for r in runs]
+            early = [v for r in evaluated if (v := training_window(r, key, True, width)) is not None]
+            late = [v for r in evaluated if (v := training_window(r, key, False, width)) is not None]
+            evals = [[row for row in r if "eval/success" in row] for r in evaluated]
             sampled = f"eval_sampled/tester/{share}"
             pairs = [(e[0][sampled], e[-1][sampled]) for e in evals if sampled in e[0] and sampled in e[-1]]
             change = learning.difference_summary([after - before for before, after in pairs])
@@ -238,21 +255,23 @@ def share_rows(
 CURVES = (*SHARES, "invalid_move_share", "turn0/invalid_move_share")
 
 
-def curves(
-    out: Path, arms: Sequence[str], seeds: Sequence[int], until: int | None = None
-) -> dict[str, dict[str, list[list[float]]]]:
+def per_step_means(runs: Sequence[list[dict[str, Any]]], key: str) -> list[list[float]]:
+    """[step, mean of `key` over the runs that have it there] at every training step (step > 0) that has it."""
+    by_step: dict[int, list[float]] = {}
+    for rows in runs:
+        for row in rows:
+            if row.get("step", 0) > 0 and key in row:
+                by_step.setdefault(row["step"], []).append(row[key])
+    return [[step, statistics.fmean(by_step[step])] for step in sorted(by_step)]
+
+
+def curves(runs: Runs) -> dict[str, dict[str, list[list[float]]]]:
     """Per arm and `CURVES` name: [step, mean over the seeds that have it] at every training step."""
     found: dict[str, dict[str, list[list[float]]]] = {}
-    for arm in arms:
-        runs = [history(out, arm, seed, until) for seed in seeds]
+    for arm in runs.arms:
         for name in CURVES:
-            by_step: dict[int, list[float]] = {}
-            for rows in runs:
-                for row in rows:
-                    if row.get("step", 0) > 0 and f"rollout/tester/{name}" in row:
-                        by_step.setdefault(row["step"], []).append(row[f"rollout/tester/{name}"])
-            if by_step:
-                found.setdefault(arm, {})[name] = [[step, statistics.fmean(by_step[step])] for step in sorted(by_step)]
+            if points := per_step_means(runs.of(arm), f"rollout/tester/{name}"):
+                found.setdefault(arm, {})[name] = points
     return found
 
 
@@ -311,7 +330,7 @@ def report_lines(
     return lines
 
 
-def plot_shares(out: Path, arms: Sequence[str], seeds: Sequence[int], path: Path, until: int | None = None) -> None:
+def plot_shares(runs: Runs, arms: Sequence[str], path: Path) -> None:
     """The tester's catch share at each training step, one line per team arm (mean over seeds)."""
     import matplotlib
 
@@ -320,14 +339,8 @@ def plot_shares(out: Path, arms: Sequence[str], seeds: Sequence[int], path: Path
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for arm in arms:
-        by_step: dict[int, list[float]] = {}
-        for seed in seeds:
-            for row in history(out, arm, seed, until):
-                if row.get("step", 0) > 0 and "rollout/tester/catch_share" in row:
-                    by_step.setdefault(row["step"], []).append(row["rollout/tester/catch_share"])
-        if by_step:
-            steps = sorted(by_step)
-            ax.plot(steps, [statistics.fmean(by_step[s]) for s in steps], marker="o", label=arm)
+        if points := per_step_means(runs.of(arm), "rollout/tester/catch_share"):
+            ax.plot([step for step, _ in points], [mean for _, mean in points], marker="o", label=arm)
     ax.set_title("code: the tester's catch share per training step (mean over seeds)")
     ax.set_xlabel("step")
     ax.set_ylabel("catch share")
@@ -367,10 +380,8 @@ def main(argv: list[str] | None = None) -> None:
     learning_argv += [*DEFAULT_OVERRIDES, *args.overrides] + (["--collect"] if args.collect else [])
     command = ["python", str(Path(__file__).resolve().relative_to(learning.REPO)), *args.argv]
     learning.main(learning_argv, command=command)
-    gains = gain_rows(args.out, args.arms, args.seeds, args.until)
-    paired = paired_rows(args.out, args.arms, args.seeds, args.until)
-    shares = share_rows(args.out, args.arms, args.seeds, args.window, args.until)
-    found = curves(args.out, args.arms, args.seeds, args.until)
+    runs = Runs.read(args.out, args.arms, args.seeds, args.until)
+    gains, paired, shares, found = gain_rows(runs), paired_rows(runs), share_rows(runs, args.window), curves(runs)
     report = {"command": shlex.join(command), "gains": gains, "paired": paired, "shares": shares, "curves": found}
     name = "tester" if args.until is None else f"tester_step{args.until}"
     (args.out / f"{name}.json").write_text(json.dumps(report, indent=2))
@@ -378,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
     (args.out / f"{name}.md").write_text(text)
     team_arms = [arm for arm in args.arms if arm != "single_grpo"]
     plot_name = "tester_catch.png" if args.until is None else f"tester_catch_step{args.until}.png"
-    plot_shares(args.out, team_arms, args.seeds, args.out / plot_name, args.until)
+    plot_shares(runs, team_arms, args.out / plot_name)
     print(text)
 
 

@@ -92,7 +92,7 @@ def test_each_arms_gain_is_paired_with_its_own_warm_start_per_seed(code_tester, 
     write_run(tmp_path, "at_grpo_catch_share", 2, [evaluation(0, 0.2, 0.2), train])  # unfinished: left out
     write_run(tmp_path, "single_grpo", 0, [evaluation(0, 0.1), evaluation(2, 0.3)])  # no sampled evaluations
     arms = ["at_grpo_catch_share", "single_grpo"]
-    rows = {(r["arm"], r["metric"]): r for r in code_tester.gain_rows(tmp_path, arms, [0, 1, 2])}
+    rows = {(r["arm"], r["metric"]): r for r in code_tester.gain_rows(code_tester.Runs.read(tmp_path, arms, [0, 1, 2]))}
 
     greedy = rows["at_grpo_catch_share", "eval/success"]
     assert greedy["seeds"] == [0, 1] and greedy["per_seed"] == pytest.approx([0.25, -0.5])
@@ -118,7 +118,9 @@ def test_the_coders_readings_are_gains_too(code_tester, tmp_path) -> None:
     after = {"step": 15, "eval/success": 0.75, "eval/coder/turn0/local_reward": 0.9}
     after["eval/coder/turn1/invalid_move_share"] = 1.0  # success rose with the first program unchanged
     write_run(tmp_path, "at_grpo_catch_share", 0, [before, after])
-    rows = {r["metric"]: r for r in code_tester.gain_rows(tmp_path, ["at_grpo_catch_share"], [0])}
+    rows = {
+        r["metric"]: r for r in code_tester.gain_rows(code_tester.Runs.read(tmp_path, ["at_grpo_catch_share"], [0]))
+    }
     assert rows["eval/coder/turn0/local_reward"]["per_seed"] == pytest.approx([0.0])
     assert rows["eval/coder/turn1/invalid_move_share"]["per_seed"] == pytest.approx([0.75])
     assert rows["eval/success"]["per_seed"] == pytest.approx([0.25])
@@ -132,7 +134,12 @@ def test_the_gain_difference_leaves_out_the_warm_starts_gap(code_tester, tmp_pat
     write_run(tmp_path, "at_grpo_catch_share", 1, run(0.25, 0.75))
     write_run(tmp_path, "single_grpo", 0, run(0.25, 0.25))  # another warm start, lower: gains 0 and -0.25
     write_run(tmp_path, "single_grpo", 1, run(0.5, 0.25))
-    rows = {r["metric"]: r for r in code_tester.paired_rows(tmp_path, ["at_grpo_catch_share", "single_grpo"], [0, 1])}
+    rows = {
+        r["metric"]: r
+        for r in code_tester.paired_rows(
+            code_tester.Runs.read(tmp_path, ["at_grpo_catch_share", "single_grpo"], [0, 1])
+        )
+    }
     assert rows["eval/success"]["per_seed"] == pytest.approx([-0.5, -0.5])  # after minus after
     gain = rows["gain of eval/success"]
     assert gain["pair"] == "single_grpo - at_grpo_catch_share"
@@ -145,16 +152,21 @@ def test_until_reads_every_run_as_of_one_step(code_tester, tmp_path) -> None:
     write_run(tmp_path, "at_grpo_catch_share", 0, evals)
     write_run(tmp_path, "at_grpo_catch_share_centred", 0, evals[:2])  # stopped after step 20's evaluation
     arms = ["at_grpo_catch_share", "at_grpo_catch_share_centred"]
-    gains = {r["arm"]: r for r in code_tester.gain_rows(tmp_path, arms, [0], until=20) if r["metric"] == "eval/success"}
+    gains = {
+        r["arm"]: r
+        for r in code_tester.gain_rows(code_tester.Runs.read(tmp_path, arms, [0], until=20))
+        if r["metric"] == "eval/success"
+    }
     assert gains["at_grpo_catch_share"]["per_seed"] == pytest.approx([0.25])  # step 20's, not step 40's -0.25
     assert [row["step"] for row in code_tester.history(tmp_path, arms[0], 0, until=20)] == [0, 20]
-    paired = code_tester.paired_rows(tmp_path, arms, [0], until=20)
+    paired = code_tester.paired_rows(code_tester.Runs.read(tmp_path, arms, [0], until=20))
     assert paired[0]["per_seed"] == pytest.approx([0.0])  # 0.75 against 0.75 at the same step
-    unmatched = code_tester.paired_rows(tmp_path, arms, [0])  # each run's last evaluation: steps 40 and 20
+    # each run's last evaluation: steps 40 and 20
+    unmatched = code_tester.paired_rows(code_tester.Runs.read(tmp_path, arms, [0]))
     assert unmatched[0]["per_seed"] == pytest.approx([0.5])
     # as of step 40, the run stopped after step 20 has no evaluation there: it is left out, not read at step 20
     assert code_tester.history(tmp_path, arms[1], 0, until=40) == []
-    assert code_tester.paired_rows(tmp_path, arms, [0], until=40)[0]["seeds"] == []
+    assert code_tester.paired_rows(code_tester.Runs.read(tmp_path, arms, [0], until=40))[0]["seeds"] == []
     assert code_tester.history(tmp_path, arms[0], 0, until=30) == []  # no evaluation at step 30 either
     text = "\n".join(code_tester.report_lines([], paired, [], 5, until=20))
     assert "as of step 20" in text and "Paired differences at the evaluation at step 20" in text
@@ -183,7 +195,10 @@ def test_share_rows_table_the_first_turn_only_for_runs_that_recorded_it(code_tes
 
     write_run(tmp_path, "at_grpo_catch_share", 0, run(turn0=False))  # recorded before per-turn shares existed
     write_run(tmp_path, "at_grpo_catch_share", 1, run(turn0=True))
-    rows = {r["share"]: r for r in code_tester.share_rows(tmp_path, ["at_grpo_catch_share"], [0, 1], 5)}
+    rows = {
+        r["share"]: r
+        for r in code_tester.share_rows(code_tester.Runs.read(tmp_path, ["at_grpo_catch_share"], [0, 1]), 5)
+    }
     assert rows["catch_share"]["seeds"] == 2 and rows["turn0/catch_share"]["seeds"] == 1
     assert rows["turn0/catch_share"]["eval_before"] == 0.75 and rows["turn0/catch_share"]["eval_after"] == 0.5
     assert rows["catch_share"]["eval_change"]["mean"] == pytest.approx(-0.25)
