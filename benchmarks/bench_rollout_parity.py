@@ -30,7 +30,16 @@ from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import run_on_cpu
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_verl_learning import ROOT, WORK, local_config, or_dash, paired, verl_command, with_keys  # noqa: E402  (a sibling script)
+from bench_verl_learning import (  # noqa: E402  (a sibling script)
+    ROOT,
+    WORK,
+    finite_or_null,
+    local_config,
+    or_dash,
+    paired,
+    verl_command,
+    with_keys,
+)
 
 RESULTS = ROOT / "docs" / "results" / "rollout_parity.json"
 FROZEN_LR = 1e-12
@@ -76,7 +85,9 @@ def verl_step_metrics(row: dict, workflow: Workflow) -> dict[str, float]:
     return out
 
 
-def compare(local: dict[int, dict[str, float]], verl: dict[int, dict[str, float]]) -> dict[str, dict[str, float]]:
+def compare(
+    local: dict[int, dict[str, float]], verl: dict[int, dict[str, float]]
+) -> dict[str, dict[str, float | None]]:
     """Per metric, over the steps both engines logged it: the engines' means and `paired`'s mean of the per-step
     differences verl - local with its standard error (sd / sqrt(steps)) and z."""
     out = {}
@@ -141,7 +152,7 @@ def main() -> None:
         "local_steps": local,
         "verl_steps": verl,
     }
-    RESULTS.write_text(json.dumps(result, indent=1, allow_nan=False))
+    RESULTS.write_text(json.dumps(finite_or_null(result), indent=1, allow_nan=False))
     print(f"{args.steps} steps x {args.tasks_per_step} boards, lr {FROZEN_LR} (one policy), verl - local per step:")
     for name, c in result["comparison"].items():
         print(

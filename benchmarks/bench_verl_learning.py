@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -68,7 +69,19 @@ def paired(after: np.ndarray, before: np.ndarray) -> dict[str, float | None]:
     difference = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
     se = float(difference.std(ddof=1) / math.sqrt(len(difference))) if len(difference) > 1 else None
     mean = float(difference.mean())
-    return {"mean": mean, "se": se, "z": mean / se if se else None}
+    return {"mean": mean, "se": se, "z": mean / se if se and math.isfinite(se) else None}
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` with every float that is not finite (a NaN reading, an infinite ratio) made None: strict JSON, so that
+    a result computed over hours is never lost to the writer refusing it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(item) for item in value]
+    return value
 
 
 def or_dash(value: float | None, spec: str) -> str:
@@ -108,7 +121,7 @@ class LoadSampler:
             if self._stop.wait(self.period):
                 return
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, float | None]:
         values = self.readings
         if not values:  # a run shorter than one period: nothing was read
             return {"min": None, "median": None, "max": None, "readings": 0}
@@ -313,7 +326,7 @@ def cached(path: Path, compute: Callable[[], dict], reuse: bool) -> dict:
     if reuse and path.exists():
         return json.loads(path.read_text())
     value = compute()
-    path.write_text(json.dumps(value, indent=1, allow_nan=False))
+    path.write_text(json.dumps(finite_or_null(value), indent=1, allow_nan=False))
     return value
 
 
@@ -392,7 +405,7 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{args.router}.json"
-    path.write_text(json.dumps(result, indent=1, allow_nan=False))
+    path.write_text(json.dumps(finite_or_null(result), indent=1, allow_nan=False))
     return path
 
 

@@ -34,8 +34,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from verl_mas.local.config import CONFIG_FILE
-from verl_mas.local.reporting import read_metrics
+from verl_mas.local.reporting import read_metrics  # light: this script's `show` and `check` import no torch
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results" / "default_run.json"
@@ -51,7 +50,7 @@ ROLLOUT_KEYS = ("success", "reward", "invalid_move_share", "zero_variance_share"
 
 def read_run(run_dir: Path) -> tuple[dict, list[dict]]:
     """A run's config.json and its metrics.jsonl rows."""
-    return json.loads((run_dir / CONFIG_FILE).read_text()), read_metrics(run_dir)
+    return json.loads((run_dir / "config.json").read_text()), read_metrics(run_dir)
 
 
 def reading(success: float, n: int) -> dict:

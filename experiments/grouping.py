@@ -310,8 +310,6 @@ def paired_lines(rows: list[dict[str, Any]], baseline: str) -> list[str]:
     for row in rows:
         if not row["seeds"]:
             continue
-        se = f" ({row['se']:.3f})" if row["se"] is not None else ""
-        interval = f"[{row['ci95'][0]:+.3f}, {row['ci95'][1]:+.3f}]" if row["ci95"] is not None else "-"
         lines.append(
             [
                 f"{row['arm']} - {baseline}",
@@ -320,8 +318,8 @@ def paired_lines(rows: list[dict[str, Any]], baseline: str) -> list[str]:
                 f"{row['before']:.3f}",
                 f"{row['baseline_after']:.3f}",
                 f"{row['after']:.3f}",
-                f"{row['mean']:+.3f}{se}",
-                interval,
+                learning.mean_se_text(row["mean"], row["se"]),
+                learning.interval_text(row["ci95"]),
                 " ".join(f"{d:+.3f}" for d in row["per_seed"]),
             ]
         )

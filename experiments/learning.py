@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -284,10 +284,20 @@ class SavedRun:
 
 
 def flat_keys(value: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested JSON object's leaves by dotted key (`update.lr`)."""
-    if not isinstance(value, dict):
+    """A JSON value's leaves by dotted key (`update.lr`); an empty object is a leaf."""
+    if not isinstance(value, dict) or not value:
         return {prefix: value}
-    return {k: v for key, item in value.items() for k, v in flat_keys(item, f"{prefix}{key}.").items()} or {prefix: {}}
+    leaves: dict[str, Any] = {}
+    for key, item in value.items():
+        leaves |= flat_keys(item, f"{prefix}.{key}" if prefix else key)
+    return leaves
+
+
+def config_differences(saved: LocalTrainConfig, wanted: LocalTrainConfig) -> list[str]:
+    """The dotted keys whose values differ between two configs (one side missing a key counts)."""
+    had, want = flat_keys(json.loads(config_json(saved))), flat_keys(json.loads(config_json(wanted)))
+    missing = object()
+    return sorted(key for key in had.keys() | want.keys() if had.get(key, missing) != want.get(key, missing))
 
 
 def saved_run(config: LocalTrainConfig) -> SavedRun:
@@ -301,9 +311,8 @@ def saved_run(config: LocalTrainConfig) -> SavedRun:
         history = read_metrics(folder)
     except (OSError, ValueError) as exc:  # a missing file, unreadable JSON, or a key this code no longer knows
         return SavedRun(None, str(exc))
-    if (saved_json := config_json(saved)) != config_json(config):
-        had, wanted = flat_keys(json.loads(saved_json)), flat_keys(json.loads(config_json(config)))
-        differing = sorted(key.rstrip(".") for key in had.keys() | wanted.keys() if had.get(key) != wanted.get(key))
+    if config_json(saved) != config_json(config):
+        differing = config_differences(saved, config) or ["the order of keys or the form of numbers only"]
         return SavedRun(None, "its saved config differs at " + ", ".join(differing))
     return SavedRun(history)
 
@@ -458,13 +467,22 @@ def number(value: float | None, signed: bool = False) -> str:
     return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
 
 
+def interval_text(ci95: Sequence[float] | None) -> str:
+    """A 95% interval as "[low, high]", or "-" for none."""
+    return "-" if ci95 is None else f"[{ci95[0]:+.3f}, {ci95[1]:+.3f}]"
+
+
+def mean_se_text(mean: float | None, se: float | None) -> str:
+    """ "mean (SE)", the SE left out where there is none; "-" without a mean."""
+    return number(mean, signed=True) + (f" ({number(se)})" if mean is not None and se is not None else "")
+
+
 def summary_text(summary: dict[str, Any]) -> str:
     """A `difference_summary` as "mean (SE) [95% interval]", leaving out what it lacks; "-" without a mean."""
     if summary["mean"] is None:
         return "-"
-    se = f" ({summary['se']:.3f})" if summary["se"] is not None else ""
     ci = summary["ci95"]
-    return f"{summary['mean']:+.3f}" + se + (f" [{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "")
+    return mean_se_text(summary["mean"], summary["se"]) + (f" {interval_text(ci)}" if ci else "")
 
 
 def paired_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
@@ -476,9 +494,7 @@ def paired_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
         cells = [row["env"], f"{row['method']} - {row['baseline']}", str(row["greedy"]["n"])]
         for name in ("greedy", "sampled"):
             d = row[name]
-            mean = f"{d['mean']:+.3f}" if d["mean"] is not None else "-"
-            cells.append(mean + (f" ({d['se']:.3f})" if d["se"] is not None else ""))
-            cells.append(f"[{d['ci95'][0]:+.3f}, {d['ci95'][1]:+.3f}]" if d["ci95"] is not None else "-")
+            cells += [mean_se_text(d["mean"], d["se"]), interval_text(d["ci95"])]
         cells.append(" ".join(f"{x:+.3f}" for x in row["greedy"]["per_seed"]) or "-")
         lines.append(cells)
     return lines

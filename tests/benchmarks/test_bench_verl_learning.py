@@ -24,7 +24,16 @@ def test_paired_change_is_the_mean_difference_with_its_standard_error(bench):
     assert change["z"] == pytest.approx(change["mean"] / change["se"])
     assert bench.paired(before, before)["z"] is None  # no spread: no z (JSON null, not a bare NaN)
     assert bench.paired(after[:1], before[:1])["se"] is None  # one board: no se
-    assert bench.or_dash(None, "+.1f") == "-" and bench.or_dash(-0.25, "+.1f") == "-0.2"
+    assert bench.or_dash(None, "+.1f") == "-" and bench.or_dash(-0.26, "+.1f") == "-0.3"
+
+
+def test_results_are_strict_json_whatever_the_readings(bench):
+    nan, inf = float("nan"), float("inf")
+    result = {"z": nan, "runs": [{"wall_s": inf, "steps": 3}, (0.5, -inf)], "name": "x", "ok": True}
+    strict = {"z": None, "runs": [{"wall_s": None, "steps": 3}, [0.5, None]], "name": "x", "ok": True}
+    assert bench.finite_or_null(result) == strict
+    assert bench.paired(np.array([nan, 1.0]), np.array([0.0, 0.0]))["z"] is None  # a NaN reading: no z
+    assert bench.LoadSampler().summary() == {"min": None, "median": None, "max": None, "readings": 0}
 
 
 def test_one_mini_batch_holds_every_sample_a_policy_can_get(bench):

@@ -85,6 +85,25 @@ def test_a_run_saved_before_a_key_existed_counts_as_run_with_its_default(learnin
     assert missing.history is None and missing.why_not.endswith("config.json is missing")
 
 
+def test_config_differences_name_nested_keys_and_a_key_one_side_lacks(learning):
+    assert learning.flat_keys({"a": {"b": {"c": 1}, "d": {}}, "e": None}) == {"a.b.c": 1, "a.d": {}, "e": None}
+    base = learning.env_config("plan_path", ["default"], {}, 4)
+    other = dataclasses.replace(base, env_options={**base.env_options, "source_options": {"terms": 2}})
+    assert learning.config_differences(base, other) == ["env_options.source_options.terms"]
+    assert learning.config_differences(other, other) == []
+    assert learning.flat_keys({"o": {"x": None, "y": 1}}).keys() != learning.flat_keys({"o": {"y": 1}}).keys()
+
+
+def test_a_corrupt_metrics_file_is_named_in_why_no_run_was_found(learning, tmp_path):
+    out = tmp_path / "table"
+    save_run(learning, out, 0, "at_grpo_shared", [{"step": 0, "eval/success": 0.5}])
+    folder = out / "plan_path" / "seed0" / "at_grpo_shared"
+    (folder / "metrics.jsonl").write_text('{"step": 0}\n\n{"step": 1, "eval/succ')  # cut off mid-row
+    config = learning.read_config(folder / CONFIG_FILE)
+    why = learning.saved_run(config).why_not
+    assert "metrics.jsonl line 3 is not JSON" in why
+
+
 def test_collect_needs_an_evaluation(learning, tmp_path):
     out = tmp_path / "table"
     save_run(learning, out, 0, "single_grpo", [{"step": 1, "time/step_s": 1.0}])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
+from verl_mas.verl_engine import batch as batch_module
 from verl_mas.verl_engine.batch import (
     SampleTags,
     at_grpo_advantages,
@@ -252,10 +254,6 @@ def test_update_capture_saves_the_listed_tensor_fields_as_the_worker_fetches_the
 
 
 def test_the_audit_and_the_capture_share_one_fetch_of_the_update_batch(transfer_queue, tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
-    from verl_mas.verl_engine import batch as batch_module
-
     rows = {
         f"both_{i}": {
             "response_mask": torch.tensor([1, 1]),
