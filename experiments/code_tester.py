@@ -150,7 +150,11 @@ class Runs:
     @classmethod
     def read(cls, out: Path, arms: Sequence[str], seeds: Sequence[int], until: int | None = None) -> Runs:
         """The runs under `out`, as of step `until` where given (`history`)."""
-        rows = {(arm, seed): history(out, arm, seed, until) for arm in arms for seed in seeds}
+        rows = {
+            (arm, seed): [with_second_turn(row) for row in history(out, arm, seed, until)]
+            for arm in arms
+            for seed in seeds
+        }
         return cls(tuple(arms), tuple(seeds), rows)
 
     def of(self, arm: str) -> list[list[dict[str, Any]]]:
@@ -198,12 +202,29 @@ def paired_rows(runs: Runs) -> list[dict[str, Any]]:
     return rows
 
 
-# held-out success, and two greedy readings of the coder that say where a change of success came from: its first
-# turn's local reward (the share of hidden cases its program passes; -0.5 for no program that compiles), and, over
-# the episodes that reach a second turn, the share of its second-turn replies with no program that compiles (such a
-# reply leaves the first program standing)
-CODER_READINGS = ("eval/coder/turn0/local_reward", "eval/coder/turn1/invalid_move_share")
+# held-out success, and greedy readings of the coder that say where a change of success came from: its first
+# turn's local reward (the share of hidden cases its program passes; -0.5 for no program that compiles); the share of
+# tasks its first program solves (its first-turn team reward: solved after that move); what the second turn adds to
+# that (success minus it: fixes minus breaks, the only way the tester's cases move success); and, over the episodes
+# that reach a second turn, the share of its second-turn replies with no program that compiles (such a reply leaves
+# the first program standing)
+FIRST_PROGRAM_SOLVES = "eval/coder/turn0/team_reward"
+SECOND_TURN_ADDS = "eval/second_turn_adds"
+CODER_READINGS = (
+    "eval/coder/turn0/local_reward",
+    FIRST_PROGRAM_SOLVES,
+    SECOND_TURN_ADDS,
+    "eval/coder/turn1/invalid_move_share",
+)
 GAINED = ("eval/success", "eval_sampled/success", *CODER_READINGS)
+
+
+def with_second_turn(row: dict[str, Any]) -> dict[str, Any]:
+    """`row`, plus `SECOND_TURN_ADDS` where it has an evaluation's success and the first program's share: success =
+    the first program's solves + what the second turn adds (a revision that fixes, minus one that breaks)."""
+    if "eval/success" in row and FIRST_PROGRAM_SOLVES in row:
+        return row | {SECOND_TURN_ADDS: row["eval/success"] - row[FIRST_PROGRAM_SOLVES]}
+    return row
 
 
 def gain_rows(runs: Runs) -> list[dict[str, Any]]:
