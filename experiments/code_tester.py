@@ -202,29 +202,30 @@ def paired_rows(runs: Runs) -> list[dict[str, Any]]:
     return rows
 
 
-# held-out success, and greedy readings of the coder that say where a change of success came from: its first
-# turn's local reward (the share of hidden cases its program passes; -0.5 for no program that compiles); the share of
-# tasks its first program solves (its first-turn team reward: solved after that move); what the second turn adds to
-# that (success minus it: fixes minus breaks, the only way the tester's cases move success); and, over the episodes
-# that reach a second turn, the share of its second-turn replies with no program that compiles (such a reply leaves
-# the first program standing)
-FIRST_PROGRAM_SOLVES = "eval/coder/turn0/team_reward"
-SECOND_TURN_ADDS = "eval/second_turn_adds"
+# held-out success, and readings of the coder that say where a change of success came from: its first turn's local
+# reward (the share of hidden cases its program passes; -0.5 for no program that compiles); the share of tasks its
+# first program solves (its first-turn team reward: solved after that move); what the second turn adds to that
+# (success minus it: fixes minus breaks, the only way the tester's cases move success); and, over the episodes that
+# reach a second turn, the share of its second-turn replies with no program that compiles (such a reply leaves the
+# first program standing). The split of success is read greedy and sampled, the other two greedy.
+EVALUATIONS = ("eval", "eval_sampled")
 CODER_READINGS = (
     "eval/coder/turn0/local_reward",
-    FIRST_PROGRAM_SOLVES,
-    SECOND_TURN_ADDS,
+    *(f"{kind}/{name}" for kind in EVALUATIONS for name in ("coder/turn0/team_reward", "second_turn_adds")),
     "eval/coder/turn1/invalid_move_share",
 )
 GAINED = ("eval/success", "eval_sampled/success", *CODER_READINGS)
 
 
 def with_second_turn(row: dict[str, Any]) -> dict[str, Any]:
-    """`row`, plus `SECOND_TURN_ADDS` where it has an evaluation's success and the first program's share: success =
-    the first program's solves + what the second turn adds (a revision that fixes, minus one that breaks)."""
-    if "eval/success" in row and FIRST_PROGRAM_SOLVES in row:
-        return row | {SECOND_TURN_ADDS: row["eval/success"] - row[FIRST_PROGRAM_SOLVES]}
-    return row
+    """`row`, plus `<evaluation>/second_turn_adds` for each evaluation it holds with the first program's share:
+    success = the first program's solves + what the second turn adds (a revision that fixes, minus one that breaks)."""
+    added = {
+        f"{kind}/second_turn_adds": row[f"{kind}/success"] - row[f"{kind}/coder/turn0/team_reward"]
+        for kind in EVALUATIONS
+        if f"{kind}/success" in row and f"{kind}/coder/turn0/team_reward" in row
+    }
+    return row | added
 
 
 def gain_rows(runs: Runs) -> list[dict[str, Any]]:

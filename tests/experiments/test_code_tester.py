@@ -129,8 +129,9 @@ def test_the_coders_readings_are_gains_too(code_tester, tmp_path) -> None:
 def test_success_splits_into_the_first_programs_solves_and_what_the_second_turn_adds(code_tester, tmp_path) -> None:
     # before RL the first program solves 0.75 but revisions break a third of those: success 0.5; after RL the
     # first program solves 0.625 and the second turn neither fixes nor breaks: success 0.625
-    before = {"step": 0, "eval/success": 0.5, "eval/coder/turn0/team_reward": 0.75}
-    after = {"step": 60, "eval/success": 0.625, "eval/coder/turn0/team_reward": 0.625}
+    before = {"step": 0, "eval/success": 0.5, "eval/coder/turn0/team_reward": 0.75, "eval_sampled/success": 0.5}
+    after = {"step": 60, "eval/success": 0.625, "eval/coder/turn0/team_reward": 0.625, "eval_sampled/success": 0.5}
+    after["eval_sampled/coder/turn0/team_reward"] = 0.25  # not read before RL: no sampled split for this seed
     train = {"step": 1, "rollout/success": 1.0}  # no evaluation: nothing added
     write_run(tmp_path, "at_grpo_catch_share", 0, [before, train, after])
     runs = code_tester.Runs.read(tmp_path, ["at_grpo_catch_share"], [0])
@@ -139,6 +140,8 @@ def test_success_splits_into_the_first_programs_solves_and_what_the_second_turn_
     assert rows["eval/second_turn_adds"]["per_seed"] == pytest.approx([0.25])  # -0.25 -> 0
     assert rows["eval/coder/turn0/team_reward"]["per_seed"] == pytest.approx([-0.125])
     assert rows["eval/success"]["per_seed"] == pytest.approx([0.125])  # the sum of the two
+    assert runs.rows["at_grpo_catch_share", 0][2]["eval_sampled/second_turn_adds"] == pytest.approx(0.25)
+    assert rows["eval_sampled/second_turn_adds"]["seeds"] == []  # one end only: no gain
 
 
 def test_the_gain_difference_leaves_out_the_warm_starts_gap(code_tester, tmp_path) -> None:
