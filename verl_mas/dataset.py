@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from verl_mas.env import MultiAgentEnv, Task, get_env_class, make_env
+from verl_mas.local.files import read_jsonl
 
 AGENT_NAME = "mas_agent"
 SPLITS = ("train", "eval")
@@ -149,15 +150,7 @@ def load_rows(path: Path) -> list[Any]:
     if path.suffix == ".parquet":
         return pq.read_table(path).to_pylist()
     if path.suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(path.read_text().splitlines()):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}: row {len(rows)} (line {number + 1}): not JSON: {exc}") from exc
-        return rows
+        return read_jsonl(path)
     raise ValueError(f"{path}: unknown dataset format {path.suffix!r}; expected .parquet or .jsonl")
 
 

@@ -101,7 +101,7 @@ def test_a_corrupt_metrics_file_is_named_in_why_no_run_was_found(learning, tmp_p
     (folder / "metrics.jsonl").write_text('{"step": 0}\n\n{"step": 1, "eval/succ')  # cut off mid-row
     config = learning.read_config(folder / CONFIG_FILE)
     why = learning.saved_run(config).why_not
-    assert "metrics.jsonl line 3 is not JSON" in why
+    assert "metrics.jsonl: row 1 (line 3): not JSON" in why
 
 
 def test_collect_needs_an_evaluation(learning, tmp_path):

@@ -27,6 +27,23 @@ def read_json(path: Path) -> Any:
         raise UnreadableFile(f"{path} is not valid JSON ({_what_is_wrong(text, error)})") from error
 
 
+def read_jsonl(path: Path) -> list[Any]:
+    """The JSON value of each non-blank line of `path`, in order.
+
+    Raises:
+        UnreadableFile: a line is not JSON; the message names the file, the row and the line.
+    """
+    rows = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise UnreadableFile(f"{path}: row {len(rows)} (line {number}): not JSON: {error}") from error
+    return rows
+
+
 def load_tensors(path: Path) -> Any:
     """What `torch.save` wrote to `path` (weights only: a checkpoint never runs code when loaded)."""
     import torch  # here: the CLI imports this module for RunError, and torch is slow to import

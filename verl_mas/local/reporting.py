@@ -9,28 +9,15 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from verl_mas.local.files import UnreadableFile
+from verl_mas.local.files import read_jsonl
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tb"
 
 
 def read_metrics(run_folder: Path) -> list[dict[str, float]]:
-    """The rows a run wrote to `run_folder`/metrics.jsonl, in order (blank lines skipped).
-
-    Raises:
-        UnreadableFile: a line is not JSON; the message names the file and the line.
-    """
-    path = Path(run_folder) / METRICS_FILE
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise UnreadableFile(f"{path} line {number} is not JSON ({error.msg})") from error
-    return rows
+    """The rows a run wrote to `run_folder`/metrics.jsonl, in order (`read_jsonl`: a line that is not JSON is named)."""
+    return read_jsonl(Path(run_folder) / METRICS_FILE)
 
 
 class MetricsSink:
