@@ -204,8 +204,12 @@ def test_patched_builtins_do_not_reach_the_dataset_asserts() -> None:
 
 
 def test_expected_outputs_never_enter_the_sandbox() -> None:
-    """A program that searches everything it can read for the expected output finds nothing."""
-    secret = "417253"
+    """A program that searches everything it can read for the expected output finds nothing.
+
+    The secret is long and holds letters that no hex address, uid or pid can: with a six-digit number, the reprs of
+    the interpreter's objects (thousands of `at 0x7f...` addresses) matched it by chance about once in hundreds of runs.
+    """
+    secret = "zq-vkw-jyx-905173-pqz"
     snoop = Program(
         "import os, sys, gc\nfound = []\n"
         "for root, dirs, files in os.walk('/'):\n"
@@ -224,13 +228,14 @@ def test_expected_outputs_never_enter_the_sandbox() -> None:
         "    except Exception:\n"
         "        pass\n"
         "found += [repr(o) for o in gc.get_objects() if isinstance(o, (str, dict, list))]\n"
-        # the secret is computed only after the search, so the program's own text and memory do not hold it
-        "secret = str(417000 + 253)\n"
-        "print('LEAK' if any(secret in text for text in found) else 'clean')\n",
+        # the secret is joined only after the search, so the program's own text and memory do not hold it
+        "secret = '-'.join(['zq', 'vkw', 'jyx', str(905000 + 173), 'pqz'])\n"
+        "hits = [text[max(0, text.find(secret) - 60) : text.find(secret) + 60] for text in found if secret in text]\n"
+        "print('LEAK ' + repr(hits[:3]) if hits else 'clean')\n",
         "stdin",
     )
     results = judge(snoop, (StdinCase("1\n", f"{secret}\n"),), JudgeLimits(case_time_s=20.0, budget_s=20.0))
-    assert results[0].status == "wrong" and results[0].actual.strip() == "clean"
+    assert results[0].status == "wrong" and results[0].actual.strip() == "clean", results[0].actual
 
 
 def test_printing_the_visible_examples_does_not_pass_hidden_cases() -> None:
