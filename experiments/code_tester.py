@@ -161,10 +161,15 @@ class Runs:
         """`arm`'s runs, one per seed, in seed order."""
         return [self.rows[arm, seed] for seed in self.seeds]
 
+    def before_after(self, arm: str, seed: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """The run's held-out evaluation before RL and its last one; None for a run not evaluated after RL."""
+        evals = [row for row in self.rows[arm, seed] if "eval/success" in row]
+        return (evals[0], evals[-1]) if len(evals) > 1 else None
 
-def last_eval(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    evals = [row for row in rows if "eval/success" in row]
-    return evals[-1] if len(evals) > 1 else None
+
+def has(ends: tuple[dict[str, Any], dict[str, Any]], metric: str) -> bool:
+    """Whether both the evaluation before RL and the last one hold `metric`."""
+    return metric in ends[0] and metric in ends[1]
 
 
 def training_window(rows: list[dict[str, Any]], key: str, first: bool, width: int) -> float | None:
@@ -182,20 +187,17 @@ def paired_rows(runs: Runs) -> list[dict[str, Any]]:
     and for held-out success, `gain of <metric>`: one arm's gain through RL minus the other's, which leaves out how
     far apart their warm starts were (the team's and the single agent's are two)."""
     seeds = runs.seeds
-    last = {key: last_eval(rows) for key, rows in runs.rows.items()}
-    first = {key: next((row for row in rows if "eval/success" in row), None) for key, rows in runs.rows.items()}
+    evaluated = {key: runs.before_after(*key) for key in runs.rows}
     rows = []
     for a, b in itertools.combinations(runs.arms, 2):
         for metric in PAIRED:
-            both = [s for s in seeds if last[a, s] and last[b, s] and metric in last[a, s] and metric in last[b, s]]
-            differences = [last[b, s][metric] - last[a, s][metric] for s in both]
+            both = [s for s in seeds if all(evaluated[x, s] and metric in evaluated[x, s][1] for x in (a, b))]
+            differences = [evaluated[b, s][1][metric] - evaluated[a, s][1][metric] for s in both]
             row = {"pair": f"{b} - {a}", "metric": metric, "seeds": both, **learning.difference_summary(differences)}
             rows.append(row)
         for metric in ("eval/success", "eval_sampled/success"):
-            both = [
-                s for s in seeds if all(last[x, s] and metric in last[x, s] and metric in first[x, s] for x in (a, b))
-            ]
-            gains = {x: [last[x, s][metric] - first[x, s][metric] for s in both] for x in (a, b)}
+            both = [s for s in seeds if all(evaluated[x, s] and has(evaluated[x, s], metric) for x in (a, b))]
+            gains = {x: [evaluated[x, s][1][metric] - evaluated[x, s][0][metric] for s in both] for x in (a, b)}
             differences = [gb - ga for ga, gb in zip(gains[a], gains[b], strict=True)]
             summary = learning.difference_summary(differences)
             rows.append({"pair": f"{b} - {a}", "metric": f"gain of {metric}", "seeds": both, **summary})
@@ -233,10 +235,10 @@ def gain_rows(runs: Runs) -> list[dict[str, Any]]:
     so each seed is paired with its own warm start; mean, SE and 95% t interval over the seeds."""
     rows, seeds = [], runs.seeds
     for arm in runs.arms:
-        evals = {seed: [row for row in runs.rows[arm, seed] if "eval/success" in row] for seed in seeds}
+        evaluated = {seed: runs.before_after(arm, seed) for seed in seeds}
         for metric in GAINED:
-            both = [s for s in seeds if last_eval(evals[s]) and metric in evals[s][0] and metric in evals[s][-1]]
-            gains = [evals[s][-1][metric] - evals[s][0][metric] for s in both]
+            both = [s for s in seeds if evaluated[s] and has(evaluated[s], metric)]
+            gains = [evaluated[s][1][metric] - evaluated[s][0][metric] for s in both]
             rows.append({"arm": arm, "metric": metric, "seeds": both, **learning.difference_summary(gains)})
     return rows
 
@@ -247,14 +249,13 @@ def share_rows(runs: Runs, width: int) -> list[dict[str, Any]]:
     error over seeds of the change."""
     rows = []
     for arm in runs.arms:
-        evaluated = [run for run in runs.of(arm) if last_eval(run)]
+        evaluated = [(runs.rows[arm, seed], ends) for seed in runs.seeds if (ends := runs.before_after(arm, seed))]
         for share in (*SHARES, *(f"turn0/{name}" for name in SHARES)):
             key = f"rollout/tester/{share}"
-            early = [v for r in evaluated if (v := training_window(r, key, True, width)) is not None]
-            late = [v for r in evaluated if (v := training_window(r, key, False, width)) is not None]
-            evals = [[row for row in r if "eval/success" in row] for r in evaluated]
+            early = [v for r, _ in evaluated if (v := training_window(r, key, True, width)) is not None]
+            late = [v for r, _ in evaluated if (v := training_window(r, key, False, width)) is not None]
             sampled = f"eval_sampled/tester/{share}"
-            pairs = [(e[0][sampled], e[-1][sampled]) for e in evals if sampled in e[0] and sampled in e[-1]]
+            pairs = [(ends[0][sampled], ends[1][sampled]) for _, ends in evaluated if has(ends, sampled)]
             change = learning.difference_summary([after - before for before, after in pairs])
             if not (early or pairs):
                 continue
