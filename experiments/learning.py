@@ -138,7 +138,7 @@ METHODS: dict[str, Method] = {
     ),
     "at_grpo_catch_share": Method(
         "two agents, AT-GRPO tree, groups per (task, role, turn), one shared model; the code tester earns the share "
-        "of known-wrong programs its valid cases catch, minus 1 per case a correct program fails "
+        "of known-wrong programs its valid cases catch, minus 1 per case a correct program fails, never below -0.25 "
         "(tester_reward=catch_share)",
         True,
         {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn"},
