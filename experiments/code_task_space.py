@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from verl_mas.dataset import split_tasks
 from verl_mas.local.warm_start import WARM_START_FIRST_INDEX
-from verl_mas_envs.code.problems import task_problem
+from verl_mas_envs.code.problems import check_options, task_problem
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--warm-tasks", type=int, default=1024)
     parser.add_argument("--rl-tasks", type=int, default=480, help="steps x tasks per step (default: 60 x 8)")
     args = parser.parse_args(argv)
+    for flag, count in (
+        ("--eval-tasks", args.eval_tasks),
+        ("--warm-tasks", args.warm_tasks),
+        ("--rl-tasks", args.rl_tasks),
+    ):
+        if count < 1:
+            parser.error(f"{flag} must be at least 1, got {count}")
+    for terms in args.terms:
+        try:
+            check_options("arithmetic", {"terms": terms, "variables": 2})
+        except ValueError as error:
+            parser.error(f"--terms: {error}")
     spaces = [
         task_space(terms, seed, args.eval_tasks, args.warm_tasks, args.rl_tasks)
         for terms in args.terms

@@ -41,3 +41,16 @@ def test_the_table_has_a_row_per_seed_and_a_summary_per_setting(task_space_scrip
     text = task_space_script.table([space, space], warm_tasks=1024)
     assert text.count("| 2 | 7 | 64 | 50 | 600 | 480 | 350 | 0.625 |") == 2
     assert "terms=2: 50.0 distinct expressions per held-out set on average." in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--rl-tasks", "0"], "--rl-tasks must be at least 1, got 0"),
+        (["--terms", "7"], "terms must be an int in [1, 6]"),
+    ],
+)
+def test_bad_counts_and_terms_are_refused_by_name(task_space_script, capsys, argv, named) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        task_space_script.main(argv)
+    assert stopped.value.code == 2 and named in capsys.readouterr().err
