@@ -6,6 +6,10 @@ then each sample's summed log-prob again. A step that learns raises the response
 the penalised ones down moves probability to responses nobody sampled. Also printed: how far the sampler's own
 log-probs are from the trainer's on the same tokens (they must agree: the update scores what was sampled).
 
+With `--resample N`, it also asks whether the step climbs what it was given: each role's first-turn reward on the
+same tasks, N candidates per task drawn from each task's first state before the update and after each rate's,
+with the same random numbers every time (so that the draws differ by the model only), and the change per task.
+
     .venv/bin/python experiments/update_direction.py runs/code_t2/code/seed1/at_grpo_catch_share/config.json \\
         --lr 3e-5 3e-4 1e-3 --out docs/results/some_folder/update_direction.json
 """
@@ -13,6 +17,7 @@ log-probs are from the trainer's on the same tokens (they must agree: the update
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import json
 import shlex
@@ -27,9 +32,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import learning  # noqa: E402  (the experiments' shared harness, in the same folder)
 
+from verl_mas.env import Task
 from verl_mas.local.config import read_config
+from verl_mas.local.generator import BatchingGenerator
 from verl_mas.local.train import LocalRun, make_tasks, sample_advantages
+from verl_mas.rollout import RolloutConfig, rollout_tasks
 from verl_mas.sample import Sample, VerlBatchTensors, samples_to_tensors, trainable
+
+RESAMPLE_SEED = 12345  # the first-turn draws' stream: one for every model compared, so that only the model differs
 
 
 def summed_logprobs(run: LocalRun, policy: str, tensors: VerlBatchTensors) -> torch.Tensor:
@@ -76,20 +86,61 @@ def role_rows(samples: Sequence[Sample], advantages: torch.Tensor, moved: torch.
     return rows
 
 
+def first_turn_rewards(run: LocalRun, tasks: Sequence[Task], n: int) -> dict[str, list[float]]:
+    """Per role, its mean first-turn reward on each task (in `tasks`' order): `n` candidates from the task's first
+    state, each scored on its own clone (alpha * team + local, as training scores them), drawn from RESAMPLE_SEED."""
+    generator = BatchingGenerator(run.served, run.config.sampling, seed=RESAMPLE_SEED)
+    config = RolloutConfig(k=n, alpha=run.config.alpha, max_turns=1)
+    played = asyncio.run(rollout_tasks(list(tasks), generator, run.router, config, run.env_factory))
+    rewards: dict[str, dict[str, list[float]]] = {}
+    for result in played:
+        if result.error:
+            raise RuntimeError(f"task {result.task.uid} failed while resampling: {result.error}")
+        for sample in result.samples:
+            judged = rewards.setdefault(sample.role, {}).setdefault(sample.task_uid, [])
+            if not sample.infra_failure:  # a move the judge could not run says nothing of the model, as in training
+                judged.append(sample.reward)
+    missing = [(role, t.uid) for role, by_task in rewards.items() for t in tasks if not by_task.get(t.uid)]
+    if missing:
+        raise RuntimeError(f"no judged first-turn candidate for (role, task) {missing}")
+    return {role: [statistics.fmean(by_task[t.uid]) for t in tasks] for role, by_task in sorted(rewards.items())}
+
+
+def reward_changes(before: dict[str, list[float]], after: dict[str, list[float]]) -> list[dict[str, Any]]:
+    """Per role: the mean first-turn reward before and after, and the change's mean and standard error over tasks."""
+    rows = []
+    for role, old in before.items():
+        changes = [b - a for a, b in zip(old, after[role], strict=True)]
+        se = statistics.stdev(changes) / len(changes) ** 0.5 if len(changes) > 1 else None
+        rows.append(
+            {
+                "role": role,
+                "tasks": len(changes),
+                "before": statistics.fmean(old),
+                "after": statistics.fmean(after[role]),
+                "change": statistics.fmean(changes),
+                "change_se": se,
+            }
+        )
+    return rows
+
+
 def fresh_run(saved, lr: float) -> LocalRun:
     """A run of the saved config at `lr`, its models loaded from `model.path` (and each role's `policy_lr` dropped)."""
     update = dataclasses.replace(saved.update, lr=lr)
     return LocalRun(dataclasses.replace(saved, update=update, policy_lr={}), log=lambda line: None)
 
 
-def updates(config_path: Path, rates: Sequence[float], tasks: int) -> list[dict[str, Any]]:
+def updates(config_path: Path, rates: Sequence[float], tasks: int, resample: int = 0) -> list[dict[str, Any]]:
     """One rollout of `tasks` training tasks from the saved config's model, then one update per rate on those samples,
-    each from the saved model loaded afresh; the per-role log-prob changes."""
+    each from the saved model loaded afresh; the per-role log-prob changes, and with `resample` > 0 the per-role
+    first-turn reward on those tasks before and after (`first_turn_rewards`, `resample` candidates a task)."""
     saved = read_config(config_path)
     if not saved.model.path:
         raise ValueError(f"{config_path}: model.path is empty; this needs a saved model to start every rate from")
     first = fresh_run(saved, rates[0])
-    played = first.rollout(make_tasks(saved, "train", 0, tasks), first.sampler, saved.k, saved.rollout_mode)
+    rolled_out = make_tasks(saved, "train", 0, tasks)
+    played = first.rollout(rolled_out, first.sampler, saved.k, saved.rollout_mode)
     samples = trainable([s for result in played for s in result.samples])
     advantages = sample_advantages(samples, saved.grouping, saved.norm_adv_by_std)
     by_policy: dict[str, list[int]] = {}
@@ -98,6 +149,7 @@ def updates(config_path: Path, rates: Sequence[float], tasks: int) -> list[dict[
     pad = first.tokenizer.pad_token_id  # every rate's run loads the same tokenizer
     tensors = {policy: samples_to_tensors([samples[i] for i in rows], pad) for policy, rows in by_policy.items()}
     gap = max(sampler_gap(first, samples, rows, policy, tensors[policy]) for policy, rows in by_policy.items())
+    before_rewards = first_turn_rewards(first, rolled_out, resample) if resample else {}
     results = []
     start: dict[str, torch.Tensor] = {}  # each policy's log-prob sums under the saved model, from the first rate's run
     for index, lr in enumerate(rates):
@@ -110,7 +162,11 @@ def updates(config_path: Path, rates: Sequence[float], tasks: int) -> list[dict[
                 raise RuntimeError(f"the saved model loaded again for lr {lr:g} scores the samples differently")
             run.trainers[policy].step(batch, advantages[rows].unsqueeze(-1) * batch.response_mask)
             moved[rows] = summed_logprobs(run, policy, batch) - before
-        results.append({"lr": lr, "tasks": tasks, "sampler_gap": gap, "roles": role_rows(samples, advantages, moved)})
+        result = {"lr": lr, "tasks": tasks, "sampler_gap": gap, "roles": role_rows(samples, advantages, moved)}
+        if resample:
+            result["first_turn_reward"] = reward_changes(before_rewards, first_turn_rewards(run, rolled_out, resample))
+            result["resample"] = resample
+        results.append(result)
     return results
 
 
@@ -124,7 +180,22 @@ def report(results: Sequence[dict[str, Any]]) -> str:
                 f"| {learning.number(row['mean_change_negative'], signed=True)} |"
             )
     gaps = ", ".join(f"{r['lr']:g}: {r['sampler_gap']:.1e}" for r in results)
-    return "\n".join(lines) + f"\n\nlargest |sampler - trainer| log-prob per token: {gaps}\n"
+    text = "\n".join(lines) + f"\n\nlargest |sampler - trainer| log-prob per token: {gaps}\n"
+    resampled = [r for r in results if "first_turn_reward" in r]
+    if resampled:
+        lines = [
+            "\n| lr | role | tasks x candidates | first-turn reward before | after | change: mean (SE) |",
+            "|" + "---|" * 6,
+        ]
+        for result in resampled:
+            for row in result["first_turn_reward"]:
+                lines.append(
+                    f"| {result['lr']:g} | {row['role']} | {row['tasks']} x {result['resample']} "
+                    f"| {learning.number(row['before'])} | {learning.number(row['after'])} "
+                    f"| {learning.mean_se_text(row['change'], row['change_se'])} |"
+                )
+        text += "\n".join(lines) + "\n"
+    return text
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -132,9 +203,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("config", type=Path, help="a run's config.json (its model.path is the starting model)")
     parser.add_argument("--lr", type=float, nargs="+", default=[3e-4], help="one update per rate (default: 3e-4)")
     parser.add_argument("--tasks", type=int, default=8, help="training tasks rolled out (default: %(default)s)")
+    parser.add_argument(
+        "--resample", type=int, default=0, help="> 0: first-turn reward before and after, this many a task (see above)"
+    )
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
-    results = updates(args.config, args.lr, args.tasks)
+    if args.resample < 0:
+        parser.error(f"--resample must be >= 0, got {args.resample}")
+    results = updates(args.config, args.lr, args.tasks, args.resample)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         command = shlex.join(["python", "experiments/update_direction.py", *(sys.argv[1:] if argv is None else argv)])

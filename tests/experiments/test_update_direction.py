@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -98,3 +99,90 @@ def test_role_rows_split_by_advantage_sign(direction):
             "mean_change_negative": None,
         },
     ]  # a zero advantage (the 9.0) is in neither mean
+
+
+def test_resampling_runs_for_real_and_compares_every_rate_with_one_before(direction, tmp_path):
+    config = saved_tiny_model(tmp_path, "shared")
+    saved = tmp_path / "config.json"
+    saved.write_text(config_json(config))
+    still, moved = direction.updates(saved, [1e-12, 0.05], 3, resample=4)
+    for result in (still, moved):
+        assert result["resample"] == 4
+        assert [row["role"] for row in result["first_turn_reward"]] == ["plan", "tool"]
+        for row in result["first_turn_reward"]:
+            assert row["tasks"] == 3
+            assert row["change"] == pytest.approx(row["after"] - row["before"])
+    assert all(row["change"] == 0.0 for row in still["first_turn_reward"])
+    assert [r["before"] for r in still["first_turn_reward"]] == [r["before"] for r in moved["first_turn_reward"]]
+    assert "first-turn reward before" in direction.report([still, moved])
+
+
+def test_first_turn_rewards_draw_one_stream_and_average_per_task(direction, monkeypatch):
+    from verl_mas.env import Task
+    from verl_mas.rollout import EpisodeResult
+    from verl_mas.sample import Sample
+
+    seeds, configs = [], []
+
+    class RecordingGenerator:
+        def __init__(self, served, sampling, *, seed):
+            seeds.append(seed)
+
+    def sample(uid: str, role: str, reward: float, infra: str | None = None) -> Sample:
+        return Sample(uid, role, 0, 0, "p", (1,), (2,), None, 0.0, reward, reward, False, infra_failure=infra)
+
+    async def scripted_rollout(tasks, generator, router, config, env_factory):
+        configs.append(config)
+        rewards = {"t1": [1.0, 0.0, 5.0], "t2": [-0.5, 0.5, 0.0]}  # the 5.0 is a move the judge could not run
+        return [
+            EpisodeResult(
+                task,
+                [
+                    sample(task.uid, "coder", rewards[task.uid][0]),
+                    sample(task.uid, "coder", rewards[task.uid][1]),
+                    sample(task.uid, "coder", rewards[task.uid][2], "sandbox" if task.uid == "t1" else None),
+                    sample(task.uid, "tester", 2.0),
+                ],
+            )
+            for task in tasks
+        ]
+
+    monkeypatch.setattr(direction, "BatchingGenerator", RecordingGenerator)
+    monkeypatch.setattr(direction, "rollout_tasks", scripted_rollout)
+    run = SimpleNamespace(served={}, config=SimpleNamespace(sampling=None, alpha=0.5), router=None, env_factory=None)
+    tasks = [Task("t2", "code", 0), Task("t1", "code", 1)]
+    for _ in range(2):
+        assert direction.first_turn_rewards(run, tasks, 3) == {"coder": [0.0, 0.5], "tester": [2.0, 2.0]}
+    assert seeds == [direction.RESAMPLE_SEED] * 2  # every model compared draws from the same stream
+    assert [(c.k, c.alpha, c.max_turns) for c in configs] == [(3, 0.5, 1)] * 2
+
+
+def test_a_role_with_no_judged_candidate_on_a_task_fails_by_name(direction, monkeypatch):
+    from verl_mas.env import Task
+    from verl_mas.rollout import EpisodeResult
+    from verl_mas.sample import Sample
+
+    async def unjudged(tasks, generator, router, config, env_factory):
+        bad = Sample("t1", "coder", 0, 0, "p", (1,), (2,), None, 0.0, 1.0, 1.0, False, infra_failure="sandbox")
+        return [EpisodeResult(tasks[0], [bad])]
+
+    monkeypatch.setattr(direction, "BatchingGenerator", lambda *args, **kwargs: None)
+    monkeypatch.setattr(direction, "rollout_tasks", unjudged)
+    run = SimpleNamespace(served={}, config=SimpleNamespace(sampling=None, alpha=1.0), router=None, env_factory=None)
+    with pytest.raises(RuntimeError, match="no judged first-turn candidate"):
+        direction.first_turn_rewards(run, [Task("t1", "code", 0)], 1)
+
+
+def test_reward_changes_by_hand(direction):
+    rows = direction.reward_changes({"a": [0.0, 1.0, 0.5]}, {"a": [1.0, 1.0, 0.0]})
+    (row,) = rows
+    assert row["before"] == pytest.approx(0.5) and row["after"] == pytest.approx(2 / 3)
+    assert row["change"] == pytest.approx(1 / 6)  # changes +1, 0, -0.5
+    assert row["change_se"] == pytest.approx(
+        ((1 - 1 / 6) ** 2 + (1 / 6) ** 2 + (0.5 + 1 / 6) ** 2) ** 0.5 / 2**0.5 / 3**0.5
+    )
+
+
+def test_a_negative_resample_is_refused(direction, tmp_path):
+    with pytest.raises(SystemExit):
+        direction.main([str(tmp_path / "config.json"), "--resample", "-1"])
