@@ -7,8 +7,10 @@ the penalised ones down moves probability to responses nobody sampled. Also prin
 log-probs are from the trainer's on the same tokens (they must agree: the update scores what was sampled).
 
 With `--resample N`, it also asks whether the step climbs what it was given: each role's first-turn reward on the
-same tasks, N candidates per task drawn from each task's first state before the update and after each rate's,
-with the same random numbers every time (so that the draws differ by the model only), and the change per task.
+same tasks, N candidates per task drawn from each task's first state before the update and after each rate's, and
+the change per task. Every estimate starts from the same random state; the sampler batches all tasks and roles
+together, so once any reply ends at another step the later draws of that batch no longer line up: the standard
+error, not the shared seed, says how far a change is noise.
 
     .venv/bin/python experiments/update_direction.py runs/code_t2/code/seed1/at_grpo_catch_share/config.json \\
         --lr 3e-5 3e-4 1e-3 --out docs/results/some_folder/update_direction.json
@@ -86,9 +88,10 @@ def role_rows(samples: Sequence[Sample], advantages: torch.Tensor, moved: torch.
     return rows
 
 
-def first_turn_rewards(run: LocalRun, tasks: Sequence[Task], n: int) -> dict[str, list[float]]:
-    """Per role, its mean first-turn reward on each task (in `tasks`' order): `n` candidates from the task's first
-    state, each scored on its own clone (alpha * team + local, as training scores them), drawn from RESAMPLE_SEED."""
+def first_turn_rewards(run: LocalRun, tasks: Sequence[Task], n: int) -> dict[str, list[list[float]]]:
+    """Per role, the judged first-turn rewards on each task (in `tasks`' order): `n` candidates from the task's first
+    state, each scored on its own clone (alpha * team + local, as training scores them), drawn from RESAMPLE_SEED.
+    A candidate the judge could not run is left out, as in training."""
     generator = BatchingGenerator(run.served, run.config.sampling, seed=RESAMPLE_SEED)
     config = RolloutConfig(k=n, alpha=run.config.alpha, max_turns=1)
     played = asyncio.run(rollout_tasks(list(tasks), generator, run.router, config, run.env_factory))
@@ -98,26 +101,33 @@ def first_turn_rewards(run: LocalRun, tasks: Sequence[Task], n: int) -> dict[str
             raise RuntimeError(f"task {result.task.uid} failed while resampling: {result.error}")
         for sample in result.samples:
             judged = rewards.setdefault(sample.role, {}).setdefault(sample.task_uid, [])
-            if not sample.infra_failure:  # a move the judge could not run says nothing of the model, as in training
+            if not sample.infra_failure:
                 judged.append(sample.reward)
+    if not rewards:
+        raise RuntimeError("resampling played no first-turn candidate")
     missing = [(role, t.uid) for role, by_task in rewards.items() for t in tasks if not by_task.get(t.uid)]
     if missing:
         raise RuntimeError(f"no judged first-turn candidate for (role, task) {missing}")
-    return {role: [statistics.fmean(by_task[t.uid]) for t in tasks] for role, by_task in sorted(rewards.items())}
+    return {role: [by_task[t.uid] for t in tasks] for role, by_task in sorted(rewards.items())}
 
 
-def reward_changes(before: dict[str, list[float]], after: dict[str, list[float]]) -> list[dict[str, Any]]:
-    """Per role: the mean first-turn reward before and after, and the change's mean and standard error over tasks."""
+def reward_changes(before: dict[str, list[list[float]]], after: dict[str, list[list[float]]]) -> list[dict[str, Any]]:
+    """Per role: the mean first-turn reward before and after, the change's mean and standard error over tasks (each
+    task's mean over its judged candidates), and how many candidates were judged each time."""
     rows = []
-    for role, old in before.items():
-        changes = [b - a for a, b in zip(old, after[role], strict=True)]
+    for role, old_by_task in before.items():
+        old = [statistics.fmean(rewards) for rewards in old_by_task]
+        new = [statistics.fmean(rewards) for rewards in after[role]]
+        changes = [b - a for a, b in zip(old, new, strict=True)]
         se = statistics.stdev(changes) / len(changes) ** 0.5 if len(changes) > 1 else None
         rows.append(
             {
                 "role": role,
                 "tasks": len(changes),
+                "judged_before": sum(map(len, old_by_task)),
+                "judged_after": sum(map(len, after[role])),
                 "before": statistics.fmean(old),
-                "after": statistics.fmean(after[role]),
+                "after": statistics.fmean(new),
                 "change": statistics.fmean(changes),
                 "change_se": se,
             }
@@ -184,13 +194,15 @@ def report(results: Sequence[dict[str, Any]]) -> str:
     resampled = [r for r in results if "first_turn_reward" in r]
     if resampled:
         lines = [
-            "\n| lr | role | tasks x candidates | first-turn reward before | after | change: mean (SE) |",
-            "|" + "---|" * 6,
+            "\n| lr | role | tasks x candidates | judged before / after | first-turn reward before | after "
+            "| change: mean (SE) |",
+            "|" + "---|" * 7,
         ]
         for result in resampled:
             for row in result["first_turn_reward"]:
                 lines.append(
                     f"| {result['lr']:g} | {row['role']} | {row['tasks']} x {result['resample']} "
+                    f"| {row['judged_before']} / {row['judged_after']} "
                     f"| {learning.number(row['before'])} | {learning.number(row['after'])} "
                     f"| {learning.mean_se_text(row['change'], row['change_se'])} |"
                 )

@@ -101,20 +101,39 @@ def test_role_rows_split_by_advantage_sign(direction):
     ]  # a zero advantage (the 9.0) is in neither mean
 
 
-def test_resampling_runs_for_real_and_compares_every_rate_with_one_before(direction, tmp_path):
+def test_resampling_runs_end_to_end_on_a_real_tiny_run(direction, tmp_path):
     config = saved_tiny_model(tmp_path, "shared")
     saved = tmp_path / "config.json"
     saved.write_text(config_json(config))
-    still, moved = direction.updates(saved, [1e-12, 0.05], 3, resample=4)
-    for result in (still, moved):
+    results = direction.updates(saved, [0.05, 1e-12], 3, resample=4)
+    for result in results:
         assert result["resample"] == 4
         assert [row["role"] for row in result["first_turn_reward"]] == ["plan", "tool"]
-        for row in result["first_turn_reward"]:
-            assert row["tasks"] == 3
-            assert row["change"] == pytest.approx(row["after"] - row["before"])
-    assert all(row["change"] == 0.0 for row in still["first_turn_reward"])
-    assert [r["before"] for r in still["first_turn_reward"]] == [r["before"] for r in moved["first_turn_reward"]]
-    assert "first-turn reward before" in direction.report([still, moved])
+        assert all(
+            row["tasks"] == 3 and row["judged_before"] == row["judged_after"] == 12
+            for row in result["first_turn_reward"]
+        )
+    assert "judged before / after" in direction.report(results)
+
+
+def test_before_is_the_saved_model_and_each_after_is_that_rates_updated_model(direction, tmp_path, monkeypatch):
+    config = saved_tiny_model(tmp_path, "shared")
+    saved = tmp_path / "config.json"
+    saved.write_text(config_json(dataclasses.replace(config, norm_adv_by_std=False)))
+    monkeypatch.setattr(
+        direction, "sample_advantages", lambda samples, *_: torch.tensor([(-1.0) ** i for i in range(len(samples))])
+    )
+
+    def weights_as_reward(run, tasks, n):  # a "reward" that is the model's weights: it moves iff the model moved
+        total = sum(p.double().sum().item() for model in run.models.values() for p in model.parameters())
+        return {"r": [[total] for _ in tasks]}
+
+    monkeypatch.setattr(direction, "first_turn_rewards", weights_as_reward)
+    moved, still = direction.updates(saved, [0.05, 1e-12], 2, resample=1)
+    (moved_row,), (still_row,) = moved["first_turn_reward"], still["first_turn_reward"]
+    assert moved_row["before"] == still_row["before"]  # one "before", taken before the first rate's update
+    assert abs(moved_row["change"]) > 1e-3  # after the 0.05 update, from the updated model
+    assert still_row["change"] == pytest.approx(0.0, abs=1e-6)  # the saved model again: the first update undone
 
 
 def test_first_turn_rewards_draw_one_stream_and_average_per_task(direction, monkeypatch):
@@ -144,15 +163,18 @@ def test_first_turn_rewards_draw_one_stream_and_average_per_task(direction, monk
                     sample(task.uid, "tester", 2.0),
                 ],
             )
-            for task in tasks
+            for task in reversed(tasks)
         ]
 
     monkeypatch.setattr(direction, "BatchingGenerator", RecordingGenerator)
     monkeypatch.setattr(direction, "rollout_tasks", scripted_rollout)
     run = SimpleNamespace(served={}, config=SimpleNamespace(sampling=None, alpha=0.5), router=None, env_factory=None)
-    tasks = [Task("t2", "code", 0), Task("t1", "code", 1)]
+    tasks = [Task("t2", "code", 0), Task("t1", "code", 1)]  # not the order the rollout returns them in
     for _ in range(2):
-        assert direction.first_turn_rewards(run, tasks, 3) == {"coder": [0.0, 0.5], "tester": [2.0, 2.0]}
+        assert direction.first_turn_rewards(run, tasks, 3) == {
+            "coder": [[-0.5, 0.5, 0.0], [1.0, 0.0]],  # t2 then t1, as asked; t1's unjudged 5.0 left out
+            "tester": [[2.0], [2.0]],
+        }
     assert seeds == [direction.RESAMPLE_SEED] * 2  # every model compared draws from the same stream
     assert [(c.k, c.alpha, c.max_turns) for c in configs] == [(3, 0.5, 1)] * 2
 
@@ -162,25 +184,32 @@ def test_a_role_with_no_judged_candidate_on_a_task_fails_by_name(direction, monk
     from verl_mas.rollout import EpisodeResult
     from verl_mas.sample import Sample
 
+    def sample(uid: str, role: str, infra: str | None) -> Sample:
+        return Sample(uid, role, 0, 0, "p", (1,), (2,), None, 0.0, 1.0, 1.0, False, infra_failure=infra)
+
     async def unjudged(tasks, generator, router, config, env_factory):
-        bad = Sample("t1", "coder", 0, 0, "p", (1,), (2,), None, 0.0, 1.0, 1.0, False, infra_failure="sandbox")
-        return [EpisodeResult(tasks[0], [bad])]
+        # t1: the coder's only candidate was not judged; t2: the tester played nothing at all
+        return [
+            EpisodeResult(tasks[0], [sample("t1", "coder", "sandbox"), sample("t1", "tester", None)]),
+            EpisodeResult(tasks[1], [sample("t2", "coder", None)]),
+        ]
 
     monkeypatch.setattr(direction, "BatchingGenerator", lambda *args, **kwargs: None)
     monkeypatch.setattr(direction, "rollout_tasks", unjudged)
     run = SimpleNamespace(served={}, config=SimpleNamespace(sampling=None, alpha=1.0), router=None, env_factory=None)
-    with pytest.raises(RuntimeError, match="no judged first-turn candidate"):
-        direction.first_turn_rewards(run, [Task("t1", "code", 0)], 1)
+    with pytest.raises(RuntimeError, match=r"\('coder', 't1'\), \('tester', 't2'\)"):
+        direction.first_turn_rewards(run, [Task("t1", "code", 0), Task("t2", "code", 1)], 1)
 
 
 def test_reward_changes_by_hand(direction):
-    rows = direction.reward_changes({"a": [0.0, 1.0, 0.5]}, {"a": [1.0, 1.0, 0.0]})
-    (row,) = rows
+    before = {"a": [[0.0], [1.0, 1.0], [0.5]]}
+    after = {"a": [[1.0, 1.0], [1.0], [0.0, 0.0, 0.0]]}
+    (row,) = direction.reward_changes(before, after)
+    assert row["judged_before"] == 4 and row["judged_after"] == 6
     assert row["before"] == pytest.approx(0.5) and row["after"] == pytest.approx(2 / 3)
-    assert row["change"] == pytest.approx(1 / 6)  # changes +1, 0, -0.5
-    assert row["change_se"] == pytest.approx(
-        ((1 - 1 / 6) ** 2 + (1 / 6) ** 2 + (0.5 + 1 / 6) ** 2) ** 0.5 / 2**0.5 / 3**0.5
-    )
+    assert row["change"] == pytest.approx(1 / 6)  # per task: +1, 0, -0.5
+    deviations = (1 - 1 / 6) ** 2 + (1 / 6) ** 2 + (0.5 + 1 / 6) ** 2
+    assert row["change_se"] == pytest.approx((deviations / 2) ** 0.5 / 3**0.5)
 
 
 def test_a_negative_resample_is_refused(direction, tmp_path):
