@@ -222,6 +222,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.resample < 0:
         parser.error(f"--resample must be >= 0, got {args.resample}")
+    if args.tasks < 1:
+        parser.error(f"--tasks must be >= 1, got {args.tasks}")
+    if not all(0 < lr < float("inf") for lr in args.lr):
+        parser.error(f"--lr rates must be positive and finite, got {args.lr}")
     results = updates(args.config, args.lr, args.tasks, args.resample)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -212,6 +212,16 @@ def test_reward_changes_by_hand(direction):
     assert row["change_se"] == pytest.approx((deviations / 2) ** 0.5 / 3**0.5)
 
 
-def test_a_negative_resample_is_refused(direction, tmp_path):
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--resample", "-1"], "--resample"),
+        (["--tasks", "0"], "--tasks"),
+        (["--lr", "0"], "--lr"),
+        (["--lr", "3e-4", "nan"], "--lr"),
+    ],
+)
+def test_bad_flags_are_refused_by_name_before_anything_loads(direction, tmp_path, capsys, flags, named):
     with pytest.raises(SystemExit):
-        direction.main([str(tmp_path / "config.json"), "--resample", "-1"])
+        direction.main([str(tmp_path / "config.json"), *flags])  # the config does not exist: nothing was read
+    assert named in capsys.readouterr().err
