@@ -4,7 +4,9 @@ From a run's saved config (its `model.path`: a saved model), one training rollou
 as that config computes them, one update per `--lr` on those same samples (each from the saved model loaded afresh),
 then each sample's summed log-prob again. A step that learns raises the responses it rewards; one that mostly pushes
 the penalised ones down moves probability to responses nobody sampled. Also printed: how far the sampler's own
-log-probs are from the trainer's on the same tokens (they must agree: the update scores what was sampled).
+log-probs are from the trainer's on the same tokens (they must agree: the update scores what was sampled), and, per
+role and turn, the rollout's samples grouped by their local reward with their mean advantage: which replies the update
+reinforces (in a group where every candidate is poor, the least poor one gets a positive advantage).
 
 With `--resample N`, it also asks whether the step climbs what it was given: each role's first-turn reward on the
 same tasks, N candidates per task drawn from each task's first state before the update and after each rate's, and
@@ -88,6 +90,23 @@ def role_rows(samples: Sequence[Sample], advantages: torch.Tensor, moved: torch.
     return rows
 
 
+def advantage_by_local_reward(samples: Sequence[Sample], advantages: torch.Tensor) -> list[dict[str, Any]]:
+    """Per (role, turn, local reward): how many samples had that local reward and their mean advantage, sorted."""
+    found: dict[tuple[str, int, float], list[float]] = {}
+    for sample, advantage in zip(samples, advantages.tolist(), strict=True):
+        found.setdefault((sample.role, sample.turn, sample.local_reward), []).append(advantage)
+    return [
+        {
+            "role": role,
+            "turn": turn,
+            "local_reward": local,
+            "samples": len(values),
+            "mean_advantage": statistics.fmean(values),
+        }
+        for (role, turn, local), values in sorted(found.items())
+    ]
+
+
 def first_turn_rewards(run: LocalRun, tasks: Sequence[Task], n: int) -> dict[str, list[list[float]]]:
     """Per role, the judged first-turn rewards on each task (in `tasks`' order): `n` candidates from the task's first
     state, each scored on its own clone (alpha * team + local, as training scores them), drawn from RESAMPLE_SEED.
@@ -160,6 +179,7 @@ def updates(config_path: Path, rates: Sequence[float], tasks: int, resample: int
     tensors = {policy: samples_to_tensors([samples[i] for i in rows], pad) for policy, rows in by_policy.items()}
     gap = max(sampler_gap(first, samples, rows, policy, tensors[policy]) for policy, rows in by_policy.items())
     before_rewards = first_turn_rewards(first, rolled_out, resample) if resample else {}
+    by_reward = advantage_by_local_reward(samples, advantages)
     results = []
     start: dict[str, torch.Tensor] = {}  # each policy's log-prob sums under the saved model, from the first rate's run
     for index, lr in enumerate(rates):
@@ -172,7 +192,13 @@ def updates(config_path: Path, rates: Sequence[float], tasks: int, resample: int
                 raise RuntimeError(f"the saved model loaded again for lr {lr:g} scores the samples differently")
             run.trainers[policy].step(batch, advantages[rows].unsqueeze(-1) * batch.response_mask)
             moved[rows] = summed_logprobs(run, policy, batch) - before
-        result = {"lr": lr, "tasks": tasks, "sampler_gap": gap, "roles": role_rows(samples, advantages, moved)}
+        result = {
+            "lr": lr,
+            "tasks": tasks,
+            "sampler_gap": gap,
+            "roles": role_rows(samples, advantages, moved),
+            "advantage_by_local_reward": by_reward,  # of the one rollout every rate updates on
+        }
         if resample:
             result["first_turn_reward"] = reward_changes(before_rewards, first_turn_rewards(run, rolled_out, resample))
             result["resample"] = resample
@@ -191,6 +217,13 @@ def report(results: Sequence[dict[str, Any]]) -> str:
             )
     gaps = ", ".join(f"{r['lr']:g}: {r['sampler_gap']:.1e}" for r in results)
     text = "\n".join(lines) + f"\n\nlargest |sampler - trainer| log-prob per token: {gaps}\n"
+    lines = ["\n| role | turn | local reward | samples | mean advantage |", "|" + "---|" * 5]
+    for row in results[0]["advantage_by_local_reward"] if results else ():
+        lines.append(
+            f"| {row['role']} | {row['turn']} | {learning.number(row['local_reward'], signed=True)} | {row['samples']} "
+            f"| {learning.number(row['mean_advantage'], signed=True)} |"
+        )
+    text += "\n".join(lines) + "\n"
     resampled = [r for r in results if "first_turn_reward" in r]
     if resampled:
         lines = [

@@ -64,6 +64,10 @@ def test_a_tiny_rate_moves_next_to_nothing_and_a_large_one_moves_the_samples(dir
     for row in moved["roles"]:  # the update raises what it rewards relative to what it penalises
         assert row["positive"] and row["negative"]
         assert row["mean_change_positive"] > row["mean_change_negative"] + 1e-3
+    by_reward = still["advantage_by_local_reward"]
+    assert by_reward == moved["advantage_by_local_reward"]  # one rollout for every rate
+    # every trained sample is in exactly one (role, turn, local reward) cell
+    assert sum(row["samples"] for row in by_reward) == sum(row["samples"] for row in still["roles"])
 
 
 def test_a_config_without_a_saved_model_is_refused(direction, tmp_path):
@@ -99,6 +103,24 @@ def test_role_rows_split_by_advantage_sign(direction):
             "mean_change_negative": None,
         },
     ]  # a zero advantage (the 9.0) is in neither mean
+
+
+def test_advantage_by_local_reward_by_hand(direction):
+    from verl_mas.sample import Sample
+
+    def sample(role: str, turn: int, local: float) -> Sample:
+        return Sample("t", role, turn, 0, "p", (1,), (2,), None, 0.0, local, local, False)
+
+    samples = [sample("b", 0, 0.0), sample("a", 1, -0.5), sample("b", 0, 0.0), sample("b", 0, 1.0), sample("a", 0, 0.0)]
+    rows = direction.advantage_by_local_reward(samples, torch.tensor([0.5, -1.0, 0.25, 2.0, -3.0]))
+    assert rows == [
+        {"role": "a", "turn": 0, "local_reward": 0.0, "samples": 1, "mean_advantage": -3.0},
+        {"role": "a", "turn": 1, "local_reward": -0.5, "samples": 1, "mean_advantage": -1.0},
+        {"role": "b", "turn": 0, "local_reward": 0.0, "samples": 2, "mean_advantage": 0.375},
+        {"role": "b", "turn": 0, "local_reward": 1.0, "samples": 1, "mean_advantage": 2.0},
+    ]  # the same local reward in another role or turn is another cell
+    with pytest.raises(ValueError):
+        direction.advantage_by_local_reward(samples, torch.tensor([0.5]))  # one advantage per sample, or nothing
 
 
 def test_resampling_runs_end_to_end_on_a_real_tiny_run(direction, tmp_path):
