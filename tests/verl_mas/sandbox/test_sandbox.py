@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -80,8 +81,10 @@ def test_cpu_limit_ends_busy_program_before_wall_limit() -> None:
     start = time.monotonic()
     result = run_python("while True:\n    pass\n", limits=SandboxLimits(wall_time_s=10.0, cpu_time_s=1))
     assert result.timed_out
-    assert result.exit_code is not None and result.exit_code < 0
-    assert time.monotonic() - start < 5.0
+    # SIGXCPU is the CPU limit's signal; the wall timer kills with SIGKILL. On a loaded machine one CPU second can
+    # take several wall seconds, so the signal, not a tight clock, says which limit ended the program.
+    assert result.exit_code == -signal.SIGXCPU
+    assert time.monotonic() - start < 10.0
 
 
 def test_sleeping_program_times_out_on_wall_clock() -> None:
