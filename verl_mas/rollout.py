@@ -24,8 +24,9 @@ SelectRule = Literal["reward", "team_reward"]
 class GenerationRequest:
     """K samples for one rendered prompt. `request_id` is stable per (task, role) conversation.
 
-    `expert` carries the environment's correct move only when `RolloutConfig.with_expert` is set:
-    for scripted policies and for collecting warm-start data, never for model generation.
+    `expert` carries the environment's correct move, and `near_misses` its plausible wrong ones, only when
+    `RolloutConfig.with_expert` is set: for scripted policies and for collecting warm-start data, never for model
+    generation.
     """
 
     request_id: str
@@ -35,6 +36,7 @@ class GenerationRequest:
     n: int
     turn: int = 0
     expert: str | None = None
+    near_misses: tuple[str, ...] = ()
     # (task, episode, role) positions in the rollout: a batching generator serves a batch in this order, so the
     # order in which threads finish env steps cannot change which request gets which random draws
     order: tuple[int, ...] = ()
@@ -63,7 +65,7 @@ class RolloutConfig:
         alpha: weight of the team reward in the mixed reward alpha * team + local.
         max_turns: cap on turns; None uses the environment's workflow limit.
         select: which score picks the continuing branch ("reward": the mixed reward).
-        with_expert: attach the environment's expert move to each generation request.
+        with_expert: attach the environment's expert move and near misses to each generation request.
     """
 
     k: int = 8
@@ -224,6 +226,9 @@ async def _tree_step(
             n=config.k,
             turn=turn,
             expert=_guard(lambda r=role: state.expert(r), task, f"expert({role})") if config.with_expert else None,
+            near_misses=_guard(lambda r=role: tuple(state.near_misses(r)), task, f"near_misses({role})")
+            if config.with_expert
+            else (),
             order=(*order, index),
         )
         for index, role in enumerate(roles)

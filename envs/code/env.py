@@ -54,7 +54,7 @@ from verl_mas_envs.common import (
 )
 from verl_mas_envs.problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 
-from .cases import CallCase, CodeProblem, StdinCase, TestCase
+from .cases import CallCase, CodeProblem, StdinCase, TestCase, literal_value
 from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge, judge_each
 from .mutants import mutants
 from .problems import brief_statement, check_options, file_problem, file_problems, task_problem
@@ -234,6 +234,22 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         if role == "coder":
             return f"```python\n{problem.reference.strip()}\n```"
         return _written_cases(problem.visible, problem) if problem.visible else None  # the statement's examples
+
+    def near_misses(self, role: str) -> tuple[str, ...]:
+        """The coder: each known-wrong program (it compiles and fails a hidden case). The tester: the statement's
+        examples with one integer expected output off by one, for each such example."""
+        self._check_role(role)
+        problem = self.problem
+        if self.done or problem.reference is None:
+            return ()
+        if role == "coder":
+            return tuple(f"```python\n{source.strip()}\n```" for source in self._known_wrong())
+        visible = problem.visible
+        return tuple(
+            _written_cases((*visible[:i], replace(case, expected=wrong), *visible[i + 1 :]), problem)
+            for i, case in enumerate(visible)
+            if (wrong := _off_by_one(case)) is not None
+        )
 
     # --- the episode ---------------------------------------------------------------------------------------------
 
@@ -497,6 +513,17 @@ def _written_cases(cases: Sequence[TestCase], problem: CodeProblem) -> str:
         return "\n".join(f"```input\n{c.input.rstrip()}\n```\n```output\n{c.expected.rstrip()}\n```" for c in cases)
     lines = [f"assert {problem.fn_name}({c.args}) == {c.expected}" for c in cases if isinstance(c, CallCase)]
     return "```python\n" + "\n".join(lines) + "\n```"
+
+
+def _off_by_one(case: TestCase) -> str | None:
+    """The case's expected output plus one, when it is an integer (a stdin line or a call's int literal)."""
+    if isinstance(case, StdinCase) and re.fullmatch(r"-?\d+", case.expected.strip()):
+        return str(int(case.expected) + 1)
+    if isinstance(case, CallCase):
+        value = literal_value(case.expected)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return repr(value + 1)
+    return None
 
 
 class _NotJudged(Exception):

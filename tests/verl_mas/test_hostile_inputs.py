@@ -142,6 +142,7 @@ CONFIG_CASES = [
     ("negative lora rank", ["lora.rank=-1"], "lora.rank must be an integer >= 0"),
     ("nan lora alpha", ["lora.alpha=nan"], "lora.alpha must be a finite number > 0"),
     ("play skill above 1", ["warm_start.play_skill=2"], "warm_start.play_skill must be in [0, 1]"),
+    ("near misses above 1", ["warm_start.near_misses=1.5"], "warm_start.near_misses must be in [0, 1]"),
     ("zero warm-start batch", ["warm_start.batch_size=0"], "warm_start.batch_size must be an integer >= 1"),
     ("corrupt roles as a word", ["warm_start.corrupt_roles=plan"], "corrupt_roles must be a list of role names"),
     ("negative policy lr", ["policy_lr.shared=-1"], "policy_lr.shared must be a finite number > 0"),

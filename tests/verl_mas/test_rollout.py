@@ -319,3 +319,41 @@ def test_demo_with_a_nan_alpha_fails_before_any_rollout():
 
     with pytest.raises(ValueError, match=r"rollout\.alpha must be a finite number >= 0, got nan"):
         run_demo(DemoConfig(alpha=float("nan")))
+
+
+class NearMissCounterEnv(CounterEnv):
+    """The counting env with a near miss per state: the expert's delta minus one."""
+
+    def near_misses(self, role: str) -> tuple[str, ...]:
+        return (str(int(self.expert(role)) - 1),)
+
+    def clone(self) -> NearMissCounterEnv:
+        other = super().clone()
+        other.__class__ = NearMissCounterEnv
+        return other
+
+
+def test_requests_carry_the_states_near_misses_only_with_expert_moves():
+    def factory(task: Task) -> NearMissCounterEnv:
+        env = NearMissCounterEnv(max_turns=3)
+        env.reset(task)
+        env.target = 9
+        return env
+
+    def requests(with_expert: bool) -> list:
+        seen = []
+
+        async def record(request):
+            seen.append(request)
+            return [Generation(request.expert or "1", (), ())] * request.n
+
+        asyncio.run(
+            rollout_tasks(
+                [Task("t0", "counter", 0)], record, ROUTER, RolloutConfig(k=2, with_expert=with_expert), factory
+            )
+        )
+        return seen
+
+    with_expert = requests(True)
+    assert with_expert and all(r.near_misses == (str(int(r.expert) - 1),) for r in with_expert)
+    assert all(r.near_misses == () and r.expert is None for r in requests(False))

@@ -127,3 +127,10 @@ class MultiAgentEnv(abc.ABC):
     def expert(self, role: str) -> str | None:
         """A correct move for `role` in the current state, as model output text; None if unknown."""
         return None
+
+    def near_misses(self, role: str) -> tuple[str, ...]:
+        """Plausible wrong moves for `role` in the current state, as model output text: the mistakes a model makes
+        (a program one edit away from right, a case with a wrong expected output), unlike a garbled move. A warm
+        start may play one in place of the expert's move (`warm_start.near_misses`), so that its data holds the
+        states such mistakes lead to. Empty: none known."""
+        return ()

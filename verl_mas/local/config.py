@@ -54,6 +54,11 @@ class WarmStartConfig:
     # With only the plan's moves corrupted, the tool's proposals stay right, so the data holds later turns whose
     # proposals are still worth copying.
     corrupt_roles: tuple[str, ...] | None = None
+    # Of the corrupted moves, the share played as one of the env's near misses (`MultiAgentEnv.near_misses`: a
+    # program one edit from right, a case with a wrong output) where it gives any; the rest are garbled copies. A
+    # garbled move leads to states a model rarely meets after its own mistakes; a near miss leads to those it does
+    # (a program that compiles and fails a case), so that the data teaches what to do there.
+    near_misses: float = 0.0
     # Env options of the warm-start boards only, merged over `env_options`: e.g. size=5 warm-starts on smaller boards
     # than RL and evaluation play, so that RL has harder boards left to learn.
     env_options: Mapping[str, Any] = field(default_factory=dict)
@@ -61,6 +66,8 @@ class WarmStartConfig:
     def __post_init__(self) -> None:
         if not 0.0 <= self.play_skill <= 1.0:
             raise ValueError(f"warm_start.play_skill must be in [0, 1], got {self.play_skill}")
+        if not 0.0 <= self.near_misses <= 1.0:
+            raise ValueError(f"warm_start.near_misses must be in [0, 1], got {self.near_misses}")
         if self.corrupt_roles is not None and not (
             isinstance(self.corrupt_roles, tuple) and all(isinstance(role, str) for role in self.corrupt_roles)
         ):
@@ -232,6 +239,7 @@ NUMERIC_KEYS: dict[str, Range] = {
     "warm_start.lr": RATE,
     "warm_start.batch_size": COUNT,
     "warm_start.play_skill": PROBABILITY,
+    "warm_start.near_misses": PROBABILITY,
     "sampling.temperature": RATE,
     "sampling.top_p": Range(0, 1, low_open=True),
     "sampling.top_k": COUNT_OR_ZERO,

@@ -73,13 +73,21 @@ def check_warm_start_roles(config: LocalTrainConfig, roles: Sequence[str]) -> No
 
 class ExpertRecorder:
     """A `Generate` that records (policy, prompt, expert move) for the warm start and plays the expert's move with
-    probability `play_skill`, else a corrupted copy (deterministic in seed, request and turn). Only the moves of
-    `corrupt_roles` (None: every role) are ever corrupted."""
+    probability `play_skill`, else a wrong one: with probability `near_misses` one of the env's near misses (where it
+    gives any), else a garbled copy of the expert's. Deterministic in seed, request and turn. Only the moves of
+    `corrupt_roles` (None: every role) are ever wrong."""
 
-    def __init__(self, play_skill: float = 1.0, seed: int = 0, corrupt_roles: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self,
+        play_skill: float = 1.0,
+        seed: int = 0,
+        corrupt_roles: tuple[str, ...] | None = None,
+        near_misses: float = 0.0,
+    ) -> None:
         self.play_skill = play_skill
         self.seed = seed
         self.corrupt_roles = None if corrupt_roles is None else frozenset(corrupt_roles)
+        self.near_misses = near_misses
         self.pairs: list[ExpertPair] = []
 
     async def __call__(self, request: GenerationRequest) -> list[Generation]:
@@ -88,13 +96,20 @@ class ExpertRecorder:
         self.pairs.append(ExpertPair(request.policy, request.role, request.messages, request.expert))
         rng = random.Random(f"{self.seed}|{request.request_id}|{request.turn}")
         exempt = self.corrupt_roles is not None and request.role not in self.corrupt_roles
-        played = request.expert if exempt or rng.random() < self.play_skill else corrupt(request.expert, rng)
+        played = request.expert if exempt or rng.random() < self.play_skill else self._wrong_move(request, rng)
         return [Generation(text=played, prompt_ids=(), response_ids=())] * request.n
+
+    def _wrong_move(self, request: GenerationRequest, rng: random.Random) -> str:
+        # No draw without near misses in play: a warm start without them replays the same moves as before they existed
+        if self.near_misses > 0 and request.near_misses and rng.random() < self.near_misses:
+            return rng.choice(request.near_misses)
+        return corrupt(request.expert, rng)
 
 
 def collect_expert_pairs(config: LocalTrainConfig, router: PolicyRouter) -> list[ExpertPair]:
     """Expert moves at the states of warm-start episodes on training boards (never evaluation ones)."""
-    recorder = ExpertRecorder(config.warm_start.play_skill, config.seed, config.warm_start.corrupt_roles)
+    warm_start = config.warm_start
+    recorder = ExpertRecorder(warm_start.play_skill, config.seed, warm_start.corrupt_roles, warm_start.near_misses)
     options = warm_start_env_options(config)
     tasks = split_tasks(config.env, "train", config.warm_start.tasks, config.seed, options, WARM_START_FIRST_INDEX)
     asyncio.run(rollout_tasks(tasks, recorder, router, RolloutConfig(k=1, with_expert=True)))

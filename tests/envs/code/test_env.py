@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import random
 import time
@@ -388,3 +389,34 @@ def test_a_tester_move_whose_programs_could_not_run_is_marked(monkeypatch) -> No
     fail_sandbox_starts(monkeypatch, every=True)
     result = env.clone().step("tester", cases(("1 1", "2"), ("-3 1", "-2")))
     assert result.valid and INFRA_FAILURE in result.info and "credited" not in result.info
+
+
+def test_near_misses_are_the_known_wrong_programs_and_the_examples_with_one_output_off_by_one() -> None:
+    env = started(dataclasses.replace(ADD, visible=(StdinCase("2 3\n", "5\n"), StdinCase("4 4\n", "8\n"))))
+    assert env.near_misses("coder") == (f"```python\n{SUBTRACTER.strip()}\n```",)
+    # One near miss per example: that example's output plus one, the others as shown.
+    assert env.near_misses("tester") == (cases(("2 3", "6"), ("4 4", "8")), cases(("2 3", "5"), ("4 4", "9")))
+    (wrong_program,) = env.near_misses("coder")
+    coder = env.clone().step("coder", wrong_program)
+    assert coder.valid and coder.local_reward == 0.0  # it compiles, and a - b passes none of HIDDEN
+    assert env.clone().step("tester", env.expert("tester")).info["failed_by_correct"] == 0
+    for reply in env.near_misses("tester"):
+        tester = env.clone().step("tester", reply)
+        assert tester.valid and tester.info["failed_by_correct"] == 1 and tester.info["cases"] == 2
+    # A text output has no near miss: only integers are moved by one.
+    text_example = started(dataclasses.replace(ADD, visible=(StdinCase("a\n", "word\n"), StdinCase("4 4\n", "8\n"))))
+    assert text_example.near_misses("tester") == (cases(("a", "word"), ("4 4", "9")),)
+
+
+def test_near_misses_of_function_tasks_change_int_literals_only_and_end_with_the_episode() -> None:
+    examples = (CallCase("1, 2", "3"), CallCase("0, 0", "False"), CallCase("-4, 4", "0"))
+    env = started(dataclasses.replace(FUNCTION_ADD, visible=examples))
+    assert env.near_misses("tester") == (
+        "```python\nassert add(1, 2) == 4\nassert add(0, 0) == False\nassert add(-4, 4) == 0\n```",
+        "```python\nassert add(1, 2) == 3\nassert add(0, 0) == False\nassert add(-4, 4) == 1\n```",
+    )
+    env.step("coder", python(FUNCTION_ADD.reference))
+    env.step("tester", "```python\nassert add(1, 2) == 3\n```")
+    assert env.done and env.near_misses("coder") == () and env.near_misses("tester") == ()
+    without_reference = started(dataclasses.replace(ADD, reference=None))
+    assert without_reference.near_misses("coder") == () and without_reference.near_misses("tester") == ()

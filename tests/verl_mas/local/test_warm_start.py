@@ -92,6 +92,49 @@ def test_warm_start_corrupts_only_the_named_roles_and_keeps_their_corruptions():
     assert no_role == {"tool": "Actions: U R R", "plan": "Actions: U R R"}
 
 
+def test_warm_start_plays_the_envs_near_misses_in_place_of_garbled_moves_at_the_set_share():
+    misses = ("Actions: D D", "Actions: L L L")  # never a garbled copy of the expert's "Actions: U R R"
+
+    def played(recorder: ExpertRecorder, near_misses: tuple[str, ...], task: int = 0) -> str:
+        messages = ({"role": "user", "content": "board"},)
+        request = GenerationRequest(
+            f"task{task}/plan", "shared", "plan", messages, n=1, expert="Actions: U R R", near_misses=near_misses
+        )
+        return asyncio.run(recorder(request))[0].text
+
+    garbled = played(ExpertRecorder(play_skill=0.0, seed=3), ())
+    assert garbled not in (*misses, "Actions: U R R")
+    # Off (the default), or none offered: the very garbled move a warm start played before near misses existed.
+    assert played(ExpertRecorder(play_skill=0.0, seed=3), misses) == garbled
+    assert played(ExpertRecorder(play_skill=0.0, seed=3, near_misses=1.0), ()) == garbled
+    always = {played(ExpertRecorder(play_skill=0.0, seed=3, near_misses=1.0), misses, task) for task in range(40)}
+    assert always == set(misses)
+    half = [played(ExpertRecorder(play_skill=0.0, seed=3, near_misses=0.5), misses, task) for task in range(400)]
+    assert 0.4 < sum(move in misses for move in half) / len(half) < 0.6
+    # The expert's share of moves is untouched: near misses replace garbled moves only.
+    skilled = [played(ExpertRecorder(play_skill=0.5, seed=3, near_misses=1.0), misses, task) for task in range(400)]
+    plain = [played(ExpertRecorder(play_skill=0.5, seed=3), misses, task) for task in range(400)]
+    assert [move == "Actions: U R R" for move in skilled] == [move == "Actions: U R R" for move in plain]
+
+
+def test_code_warm_start_with_near_misses_holds_second_turns_that_show_a_failing_program():
+    options = {"brief_prompts": True, "brief_examples": True, "wrong_programs": 0, "max_turns": 2}
+
+    def coder_prompts(near_misses: float) -> list[str]:
+        warm = WarmStartConfig(tasks=4, play_skill=0.0, corrupt_roles=("coder",), near_misses=near_misses)
+        pairs = collect_expert_pairs(LocalTrainConfig(env="code", env_options=options, warm_start=warm), router)
+        return [pair.messages[-1]["content"] for pair in pairs if pair.role == "coder"]
+
+    router = PolicyRouter.from_spec("shared", ("coder", "tester"))
+    # A garbled program never compiles: the second turn's prompt shows no program. A near miss compiles, fails the
+    # tester's (expert) examples, and the second turn shows it with what it printed: the state a model's mistake
+    # leads to, labelled with the right program.
+    garbled, near = coder_prompts(0.0), coder_prompts(1.0)
+    assert len(garbled) == len(near) == 8
+    assert not any("prog:" in prompt for prompt in garbled)
+    assert sum("prog:" in prompt and "want:" in prompt for prompt in near) == 4
+
+
 def test_warm_start_with_only_plan_moves_corrupted_covers_later_turns_with_proposals_worth_copying():
     options = {"size": 5, "wall_ratio": 0.2, "tool_mode": "code", "max_turns": 3, "brief_prompts": True}
     config = LocalTrainConfig(
