@@ -162,7 +162,7 @@ class LocalRun:
     def train_step(self, step: int) -> dict[str, float]:
         config = self.config
         step_started = time.perf_counter()
-        tasks = make_tasks(config, "train", step * config.tasks_per_step, config.tasks_per_step)
+        tasks = self.train_tasks(step)
         stats = self.sampler.stats
         sampling_before, serving_before = stats.sampling_s, stats.serving_s
         results = self.rollout(tasks, self.sampler, config.k, config.rollout_mode)
@@ -179,11 +179,19 @@ class LocalRun:
         )
         if samples:
             started = time.perf_counter()
-            advantages = sample_advantages(samples, config.grouping, config.norm_adv_by_std)
+            advantages = self.advantages(samples)
             timing["time/advantage_s"] = time.perf_counter() - started
             metrics |= self._update(samples, advantages, timing)
         timing["time/step_s"] = time.perf_counter() - step_started
         return metrics | timing
+
+    def train_tasks(self, step: int) -> list[Task]:
+        """The tasks training step `step` (0-based) rolls out: the next `tasks_per_step` of the train split."""
+        return make_tasks(self.config, "train", step * self.config.tasks_per_step, self.config.tasks_per_step)
+
+    def advantages(self, samples: list[Sample]) -> torch.Tensor:
+        """[N] one advantage per sample, by the run's grouping."""
+        return sample_advantages(samples, self.config.grouping, self.config.norm_adv_by_std)
 
     def _update(self, samples: list[Sample], advantages: torch.Tensor, timing: dict[str, float]) -> dict[str, float]:
         """One PolicyTrainer step per policy on its own samples; adds tensors_s and update_s to `timing`."""

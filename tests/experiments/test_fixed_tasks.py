@@ -1,0 +1,87 @@
+"""experiments/fixed_tasks.py: training on the same tasks every step, with the advantages as computed or altered."""
+
+import json
+
+import pytest
+import torch
+from script_testkit import loaded_script
+
+from verl_mas.local.config import LocalTrainConfig, config_json
+from verl_mas.overrides import apply_overrides
+from verl_mas.sample import Sample
+
+TINY = {
+    "env_options": {"size": 4, "wall_ratio": 0.1, "tool_mode": "compact", "max_turns": 2},
+    "k": 2,
+    "tasks_per_step": 2,
+    "warm_start": {"tasks": 4, "epochs": 1},
+    "model": {"hidden": 32, "vocab_size": 300},
+    "sampling": {"max_new_tokens": 8},
+    "progress": False,
+}
+
+
+@pytest.fixture(scope="module")
+def fixed():
+    with loaded_script("experiments/fixed_tasks.py", "fixed_tasks_experiment") as module:
+        yield module
+
+
+@pytest.fixture(scope="module")
+def saved_config(tmp_path_factory):
+    """A tiny warm-started model saved to disk, and the config.json of a run that starts from it."""
+    from verl_mas.local.train import LocalRun
+
+    folder = tmp_path_factory.mktemp("fixed_tasks")
+    config = apply_overrides(LocalTrainConfig(), TINY | {"output_dir": str(folder)})
+    run = LocalRun(config, log=lambda line: None)
+    model = next(iter(run.models.values()))
+    model.save_pretrained(folder / "model")
+    run.tokenizer.save_pretrained(str(folder / "model"))
+    path = folder / "config.json"
+    path.write_text(config_json(apply_overrides(config, {"model": {"path": str(folder / "model")}})))
+    return path
+
+
+def test_every_step_trains_on_the_same_tasks_unless_fresh(fixed, saved_config):
+    from verl_mas.local.config import read_config
+
+    config = read_config(saved_config)
+    same = fixed.FixedTasksRun(config, fresh=False, mode="computed")
+    assert [t.uid for t in same.train_tasks(0)] == [t.uid for t in same.train_tasks(7)]
+    fresh = fixed.FixedTasksRun(config, fresh=True, mode="computed")
+    assert [t.uid for t in fresh.train_tasks(0)] == [t.uid for t in same.train_tasks(0)]
+    assert not {t.uid for t in fresh.train_tasks(1)} & {t.uid for t in fresh.train_tasks(0)}
+
+
+def test_negated_and_shuffled_advantages_are_the_computed_ones_altered(fixed, saved_config):
+    from verl_mas.local.config import read_config
+
+    config = read_config(saved_config)
+    rewards = [1.0, 0.0, 3.0, 2.0]
+    samples = [Sample("t0", "plan", 0, i, "shared", (1,), (2,), None, r, 0.0, r, False) for i, r in enumerate(rewards)]
+    computed = fixed.FixedTasksRun(config, fresh=False, mode="computed").advantages(samples)
+    # one group of four: (r - 1.5) / std, the sample std of 1, 0, 3, 2 being sqrt(5/3)
+    assert computed.tolist() == pytest.approx([(r - 1.5) / (5 / 3) ** 0.5 for r in rewards], rel=1e-4)
+    negated = fixed.FixedTasksRun(config, fresh=False, mode="negated").advantages(samples)
+    assert torch.equal(negated, -computed)
+    shuffled = fixed.FixedTasksRun(config, fresh=False, mode="shuffled").advantages(samples)
+    assert sorted(shuffled.tolist()) == sorted(computed.tolist()) and not torch.equal(shuffled, computed)
+
+
+def test_main_writes_each_steps_record_and_the_table(fixed, saved_config, tmp_path, capsys):
+    out = tmp_path / "fixed.json"
+    fixed.main([str(saved_config), "--lr", "1e-3", "--steps", "5", "--out", str(out)])
+    written = json.loads(out.read_text())
+    (run,) = written["results"]
+    assert written["command"].startswith("python experiments/fixed_tasks.py") and run["lr"] == 1e-3
+    assert len(run["steps"]) == 5 and all(0.0 <= step["success"] <= 1.0 for step in run["steps"])
+    mean = sum(step["success"] for step in run["steps"]) / 5
+    assert f"| 0.001 | computed | fixed | 5 | {mean:.3f} -> {mean:.3f} |" in capsys.readouterr().out
+
+
+def test_a_config_without_a_saved_model_is_refused(fixed, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(config_json(apply_overrides(LocalTrainConfig(), TINY)))
+    with pytest.raises(SystemExit):
+        fixed.main([str(path), "--steps", "5"])
