@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from transformers.utils import logging as transformers_logging
 
-from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, config_json, read_config
+from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, WarmStartConfig, config_json, read_config
 from verl_mas.local.presets import apply_train_overrides, resolve_train_config
 from verl_mas.local.reporting import read_metrics
 from verl_mas.local.train import LocalRun, train
@@ -225,9 +225,25 @@ def warm_start_key(config: LocalTrainConfig) -> str:
         "env_options": warm_start_env_options(config),
         "seed": config.seed,
         "model": config.model,
-        "warm_start": dataclasses.replace(config.warm_start, env_options={}),
+        "warm_start": warm_start_text(dataclasses.replace(config.warm_start, env_options={})),
     }
     return json.dumps(key, indent=2, sort_keys=True, default=str)
+
+
+# Warm-start keys added after warm starts were first saved, with the default that plays as the code did before them:
+# left out of the key at that default, so that a warm start saved before them is still found.
+LATER_WARM_START_KEYS = {"near_misses": 0.0}
+
+
+def warm_start_text(warm_start: WarmStartConfig) -> str:
+    """The warm-start settings as the key shows them: the dataclass's repr, less `LATER_WARM_START_KEYS` at their
+    defaults."""
+    shown = [
+        f"{f.name}={getattr(warm_start, f.name)!r}"
+        for f in dataclasses.fields(warm_start)
+        if LATER_WARM_START_KEYS.get(f.name, object()) != getattr(warm_start, f.name)
+    ]
+    return f"{type(warm_start).__name__}({', '.join(shown)})"
 
 
 def save_warm_start(config: LocalTrainConfig, folder: Path, log: Callable[[str], None]) -> None:

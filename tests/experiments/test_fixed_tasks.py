@@ -4,21 +4,12 @@ import json
 
 import pytest
 import torch
+from saved_run_testkit import TINY, saved_tiny_model
 from script_testkit import loaded_script
 
 from verl_mas.local.config import LocalTrainConfig, config_json
 from verl_mas.overrides import apply_overrides
 from verl_mas.sample import Sample
-
-TINY = {
-    "env_options": {"size": 4, "wall_ratio": 0.1, "tool_mode": "compact", "max_turns": 2},
-    "k": 2,
-    "tasks_per_step": 2,
-    "warm_start": {"tasks": 4, "epochs": 1},
-    "model": {"hidden": 32, "vocab_size": 300},
-    "sampling": {"max_new_tokens": 8},
-    "progress": False,
-}
 
 
 @pytest.fixture(scope="module")
@@ -29,17 +20,10 @@ def fixed():
 
 @pytest.fixture(scope="module")
 def saved_config(tmp_path_factory):
-    """A tiny warm-started model saved to disk, and the config.json of a run that starts from it."""
-    from verl_mas.local.train import LocalRun
-
+    """The config.json of a run that starts from a tiny saved model."""
     folder = tmp_path_factory.mktemp("fixed_tasks")
-    config = apply_overrides(LocalTrainConfig(), TINY | {"output_dir": str(folder)})
-    run = LocalRun(config, log=lambda line: None)
-    model = next(iter(run.models.values()))
-    model.save_pretrained(folder / "model")
-    run.tokenizer.save_pretrained(str(folder / "model"))
     path = folder / "config.json"
-    path.write_text(config_json(apply_overrides(config, {"model": {"path": str(folder / "model")}})))
+    path.write_text(config_json(saved_tiny_model(folder)))
     return path
 
 

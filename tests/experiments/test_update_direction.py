@@ -6,38 +6,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from saved_run_testkit import TINY, saved_tiny_model
 from script_testkit import loaded_script
 
 from verl_mas.local.config import LocalTrainConfig, config_json
 from verl_mas.overrides import apply_overrides
-
-TINY = {
-    "env_options": {"size": 4, "wall_ratio": 0.1, "tool_mode": "compact", "max_turns": 2},
-    "k": 2,
-    "tasks_per_step": 2,
-    "warm_start": {"tasks": 4, "epochs": 1},
-    "model": {"hidden": 32, "vocab_size": 300},
-    "sampling": {"max_new_tokens": 8},
-    "progress": False,
-}
 
 
 @pytest.fixture(scope="module")
 def direction():
     with loaded_script("experiments/update_direction.py", "update_direction_experiment") as module:
         yield module
-
-
-def saved_tiny_model(folder, router: str):
-    """A tiny warm-started model saved to `folder`, and a config that starts from it."""
-    from verl_mas.local.train import LocalRun
-
-    config = apply_overrides(LocalTrainConfig(), TINY | {"router": router, "output_dir": str(folder)})
-    run = LocalRun(config, log=lambda line: None)
-    model = next(iter(run.models.values()))
-    model.save_pretrained(folder / "model")
-    run.tokenizer.save_pretrained(str(folder / "model"))
-    return apply_overrides(config, {"model": {"path": str(folder / "model")}})
 
 
 @pytest.mark.parametrize("router", ["shared", "per_role"])
