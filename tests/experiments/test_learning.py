@@ -126,6 +126,21 @@ def test_one_warm_start_serves_every_rl_board_size_with_the_same_warm_start_boar
     assert key(6) != key(5) and key(6, warm_size=4) != key(6, warm_size=5)
 
 
+def test_the_warm_start_key_shows_near_misses_only_when_they_are_played(learning):
+    base = learning.env_config("code", ["default"], {}, 4)
+
+    def key(near_misses: float) -> str:
+        warm_start = dataclasses.replace(base.warm_start, near_misses=near_misses)
+        return json.loads(learning.warm_start_key(dataclasses.replace(base, warm_start=warm_start)))["warm_start"]
+
+    # At 0 the text a warm start saved before the key existed holds (written out by hand), so it is still reused.
+    assert key(0.0) == (
+        "WarmStartConfig(tasks=1024, epochs=8, lr=0.003, batch_size=32, lr_schedule='cosine', play_skill=0.5, "
+        "corrupt_roles=('coder',), env_options={})"
+    )
+    assert key(0.5) == key(0.0).replace("env_options={})", "near_misses=0.5, env_options={})")
+
+
 def test_collect_reports_paired_differences_from_a_baseline(learning, tmp_path):
     out = tmp_path / "table"
     # greedy afters per seed: baseline 0.5, 0.6, 0.7; task grouping 0.4, 0.6, 0.5 (differences -0.1, 0, -0.2);
