@@ -65,7 +65,8 @@ class RolloutConfig:
         alpha: weight of the team reward in the mixed reward alpha * team + local.
         max_turns: cap on turns; None uses the environment's workflow limit.
         select: which score picks the continuing branch ("reward": the mixed reward).
-        with_expert: attach the environment's expert move and near misses to each generation request.
+        with_expert: attach the environment's expert move to each generation request.
+        with_near_misses: with `with_expert`, also its near misses (an env may judge programs to find them).
     """
 
     k: int = 8
@@ -73,6 +74,7 @@ class RolloutConfig:
     max_turns: int | None = None
     select: SelectRule = "reward"
     with_expert: bool = False
+    with_near_misses: bool = False
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -227,7 +229,7 @@ async def _tree_step(
             turn=turn,
             expert=_guard(lambda r=role: state.expert(r), task, f"expert({role})") if config.with_expert else None,
             near_misses=_guard(lambda r=role: tuple(state.near_misses(r)), task, f"near_misses({role})")
-            if config.with_expert
+            if config.with_expert and config.with_near_misses
             else (),
             order=(*order, index),
         )

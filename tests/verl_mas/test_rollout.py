@@ -333,14 +333,14 @@ class NearMissCounterEnv(CounterEnv):
         return other
 
 
-def test_requests_carry_the_states_near_misses_only_with_expert_moves():
+def test_requests_carry_the_states_near_misses_only_when_asked_with_expert_moves():
     def factory(task: Task) -> NearMissCounterEnv:
         env = NearMissCounterEnv(max_turns=3)
         env.reset(task)
         env.target = 9
         return env
 
-    def requests(with_expert: bool) -> list:
+    def requests(with_expert: bool, with_near_misses: bool) -> list:
         seen = []
 
         async def record(request):
@@ -349,11 +349,16 @@ def test_requests_carry_the_states_near_misses_only_with_expert_moves():
 
         asyncio.run(
             rollout_tasks(
-                [Task("t0", "counter", 0)], record, ROUTER, RolloutConfig(k=2, with_expert=with_expert), factory
+                [Task("t0", "counter", 0)],
+                record,
+                ROUTER,
+                RolloutConfig(k=2, with_expert=with_expert, with_near_misses=with_near_misses),
+                factory,
             )
         )
         return seen
 
-    with_expert = requests(True)
-    assert with_expert and all(r.near_misses == (str(int(r.expert) - 1),) for r in with_expert)
-    assert all(r.near_misses == () and r.expert is None for r in requests(False))
+    asked = requests(True, True)
+    assert asked and all(r.near_misses == (str(int(r.expert) - 1),) for r in asked)
+    assert all(r.near_misses == () and r.expert is not None for r in requests(True, False))
+    assert all(r.near_misses == () and r.expert is None for r in requests(False, True))

@@ -112,7 +112,8 @@ def collect_expert_pairs(config: LocalTrainConfig, router: PolicyRouter) -> list
     recorder = ExpertRecorder(warm_start.play_skill, config.seed, warm_start.corrupt_roles, warm_start.near_misses)
     options = warm_start_env_options(config)
     tasks = split_tasks(config.env, "train", config.warm_start.tasks, config.seed, options, WARM_START_FIRST_INDEX)
-    asyncio.run(rollout_tasks(tasks, recorder, router, RolloutConfig(k=1, with_expert=True)))
+    rollout = RolloutConfig(k=1, with_expert=True, with_near_misses=warm_start.near_misses > 0)
+    asyncio.run(rollout_tasks(tasks, recorder, router, rollout))
     return recorder.pairs
 
 
