@@ -24,9 +24,9 @@ SelectRule = Literal["reward", "team_reward"]
 class GenerationRequest:
     """K samples for one rendered prompt. `request_id` is stable per (task, role) conversation.
 
-    `expert` carries the environment's correct move, and `near_misses` its plausible wrong ones, only when
-    `RolloutConfig.with_expert` is set: for scripted policies and for collecting warm-start data, never for model
-    generation.
+    `expert` carries the environment's correct move only when `RolloutConfig.with_expert` is set, and `near_misses`
+    its plausible wrong ones only when `with_near_misses` is set too: for scripted policies and for collecting
+    warm-start data, never for model generation.
     """
 
     request_id: str

@@ -236,8 +236,9 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         return _written_cases(problem.visible, problem) if problem.visible else None  # the statement's examples
 
     def near_misses(self, role: str) -> tuple[str, ...]:
-        """The coder: each known-wrong program (it compiles and fails a hidden case). The tester: the statement's
-        examples with one integer expected output off by one, for each such example."""
+        """The coder: each known-wrong program (the task's own wrong programs as given, and mutants that failed a
+        hidden case when judged: on a loaded machine a mutant's verdict, and so this tuple, can differ). The tester:
+        the statement's examples with one integer expected output off by one, for each such example."""
         self._check_role(role)
         problem = self.problem
         if self.done or problem.reference is None:

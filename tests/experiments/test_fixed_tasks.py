@@ -55,13 +55,15 @@ def test_negated_and_shuffled_advantages_are_the_computed_ones_altered(fixed, sa
 
 def test_main_writes_each_steps_record_and_the_table(fixed, saved_config, tmp_path, capsys):
     out = tmp_path / "fixed.json"
-    fixed.main([str(saved_config), "--lr", "1e-3", "--steps", "5", "--out", str(out)])
+    fixed.main([str(saved_config), "--lr", "1e-3", "--steps", "6", "--out", str(out)])
     written = json.loads(out.read_text())
     (run,) = written["results"]
     assert written["command"].startswith("python experiments/fixed_tasks.py") and run["lr"] == 1e-3
-    assert len(run["steps"]) == 5 and all(0.0 <= step["success"] <= 1.0 for step in run["steps"])
-    mean = sum(step["success"] for step in run["steps"]) / 5
-    assert f"| 0.001 | computed | fixed | 5 | {mean:.3f} -> {mean:.3f} |" in capsys.readouterr().out
+    success = [step["success"] for step in run["steps"]]
+    assert len(success) == 6 and all(0.0 <= value <= 1.0 for value in success)
+    # six steps: the first five are steps 1-5, the last five steps 2-6
+    first, last = sum(success[:5]) / 5, sum(success[1:]) / 5
+    assert f"| 0.001 | computed | fixed | 6 | {first:.3f} -> {last:.3f} |" in capsys.readouterr().out
 
 
 def test_a_config_without_a_saved_model_is_refused(fixed, tmp_path):
