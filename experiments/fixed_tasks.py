@@ -27,7 +27,7 @@ import torch
 
 from verl_mas.env import Task
 from verl_mas.local.config import LocalTrainConfig, read_config
-from verl_mas.local.train import LocalRun, make_tasks
+from verl_mas.local.train import LocalRun
 from verl_mas.sample import Sample
 
 AdvantageMode = Literal["computed", "negated", "shuffled"]
@@ -45,9 +45,7 @@ class FixedTasksRun(LocalRun):
         self.shuffler = torch.Generator().manual_seed(config.seed)
 
     def train_tasks(self, step: int) -> list[Task]:
-        if self.fresh:
-            return super().train_tasks(step)
-        return make_tasks(self.config, "train", 0, self.config.tasks_per_step)
+        return super().train_tasks(step if self.fresh else 0)
 
     def advantages(self, samples: list[Sample]) -> torch.Tensor:
         computed = super().advantages(samples)

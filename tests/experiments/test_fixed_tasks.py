@@ -7,7 +7,7 @@ import torch
 from saved_run_testkit import TINY, saved_tiny_model
 from script_testkit import loaded_script
 
-from verl_mas.local.config import LocalTrainConfig, config_json
+from verl_mas.local.config import LocalTrainConfig, config_json, read_config
 from verl_mas.overrides import apply_overrides
 from verl_mas.sample import Sample
 
@@ -28,8 +28,6 @@ def saved_config(tmp_path_factory):
 
 
 def test_every_step_trains_on_the_same_tasks_unless_fresh(fixed, saved_config):
-    from verl_mas.local.config import read_config
-
     config = read_config(saved_config)
     same = fixed.FixedTasksRun(config, fresh=False, mode="computed")
     assert [t.uid for t in same.train_tasks(0)] == [t.uid for t in same.train_tasks(7)]
@@ -39,8 +37,6 @@ def test_every_step_trains_on_the_same_tasks_unless_fresh(fixed, saved_config):
 
 
 def test_negated_and_shuffled_advantages_are_the_computed_ones_altered(fixed, saved_config):
-    from verl_mas.local.config import read_config
-
     config = read_config(saved_config)
     rewards = [1.0, 0.0, 3.0, 2.0]
     samples = [Sample("t0", "plan", 0, i, "shared", (1,), (2,), None, r, 0.0, r, False) for i, r in enumerate(rewards)]
