@@ -8,8 +8,9 @@ latest cases (each mismatch: input, expected, actual). The episode ends when a t
 latest case (there must be one), or after `max_turns`. Success: the latest program passes every hidden case.
 With `single_agent=True` the coder plays alone and the episode ends at its first program that compiles.
 
-Every program runs in the sandbox through `verl_mas_envs.code.judge` (one run per program for all its cases); hidden
-cases never appear in a prompt and their expected results never enter the sandbox.
+Every program runs in the sandbox through `verl_mas_envs.code.judge` (one run per program for all its cases, the
+task's trusted programs sharing one); hidden cases never appear in a prompt and their expected results never enter
+the sandbox.
 
 Rewards, per move (team = the latest program passes every hidden case):
 
@@ -55,7 +56,7 @@ from verl_mas_envs.common import (
 from verl_mas_envs.problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 
 from .cases import CallCase, CodeProblem, StdinCase, TestCase, literal_value
-from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge, judge_each
+from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge, judge_each, judge_together
 from .mutants import mutants
 from .problems import brief_statement, check_options, file_problem, file_problems, task_problem
 from .tester_reward import TESTER_REWARDS, TesterReward, Verdicts, tester_reward
@@ -305,8 +306,12 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         wrong = tuple(dict.fromkeys((*self._known_wrong(), *state.failing)))
         if correct is None:
             return Verdicts(len(reply.cases), None, (frozenset(),) * len(cases), len(wrong))
-        programs = [self._program(source) for source in (correct, *wrong)]
-        correct_results, *wrong_results = judge_each(programs, cases, self.config.limits, run=_judged)
+        trusted = (correct, *self._known_wrong()) if self.problem.reference is not None else ()
+        written = [self._program(source) for source in (correct, *wrong) if source not in trusted]  # by the model
+        limits = self.config.limits
+        judged = dict(zip(trusted, _judged_together(tuple(map(self._program, trusted)), cases, limits), strict=True))
+        judged |= dict(zip((p.source for p in written), judge_each(written, cases, limits, run=_judged), strict=True))
+        correct_results, *wrong_results = (judged[source] for source in (correct, *wrong))
         for results in (correct_results, *wrong_results):
             if (why := infra_failure(results)) is not None:
                 return why
@@ -530,8 +535,8 @@ def _off_by_one(case: TestCase) -> str | None:
 class _NotJudged(Exception):
     """The judge could not run the program: raised through the cache so that the failure is not remembered."""
 
-    def __init__(self, results: tuple[CaseResult, ...]) -> None:
-        super().__init__(infra_failure(results))
+    def __init__(self, results: tuple[CaseResult, ...] | list[tuple[CaseResult, ...]]) -> None:
+        super().__init__("the judge could not run a program")
         self.results = results
 
 
@@ -552,6 +557,28 @@ def _judged_and_cached(program: Program, cases: tuple[TestCase, ...], limits: Ju
     return results
 
 
+def _judged_together(
+    programs: tuple[Program, ...], cases: tuple[TestCase, ...], limits: JudgeLimits
+) -> list[tuple[CaseResult, ...]]:
+    """`judge_together` for a task's trusted programs, cached as `_judged` is."""
+    if not programs:
+        return []
+    try:
+        return _judged_together_and_cached(programs, cases, limits)
+    except _NotJudged as failed:
+        return failed.results
+
+
+@functools.lru_cache(maxsize=1024)
+def _judged_together_and_cached(
+    programs: tuple[Program, ...], cases: tuple[TestCase, ...], limits: JudgeLimits
+) -> list[tuple[CaseResult, ...]]:
+    results = judge_together(programs, cases, limits)
+    if any(infra_failure(one) is not None for one in results):
+        raise _NotJudged(results)
+    return results
+
+
 @functools.lru_cache(maxsize=256)
 def _known_wrong(problem: CodeProblem, count: int, limits: JudgeLimits) -> tuple[str, ...]:
     """The task's wrong programs and up to `count` mutants of its reference that fail some hidden case (a mutant the
@@ -560,7 +587,7 @@ def _known_wrong(problem: CodeProblem, count: int, limits: JudgeLimits) -> tuple
     if problem.reference is not None and count:
         candidates = mutants(problem.reference, count * 3, problem.uid)
         programs = [Program.for_problem(problem, source) for source in candidates]
-        for source, results in zip(candidates, judge_each(programs, problem.hidden, limits), strict=True):
+        for source, results in zip(candidates, judge_together(programs, problem.hidden, limits), strict=True):
             fails = not all(r.passed for r in results) and infra_failure(results) is None
             if len(found) - len(problem.wrong) < count and fails:
                 found.append(source)

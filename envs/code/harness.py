@@ -1,11 +1,12 @@
-"""Runs inside the sandbox: one program against a batch of cases, each case in a forked child; results as JSON.
+"""Runs inside the sandbox: programs against a batch of cases, each case in a forked child; results as JSON.
 
 `verl_mas_envs.code.judge` sends this file's source as the sandbox program and a job as JSON on stdin:
-{"source": program (after the task's prelude), "style": "stdin"|"function", "fn_name": name or null,
+{"programs": [program (after the task's prelude), ...], "style": "stdin"|"function", "fn_name": name or null,
  "cases": [{"kind": "stdin", "input": text} | {"kind": "call", "args": literal argument list}
            | {"kind": "script", "code": test code}],
- "case_time_s": per case, "budget_s": for all cases, "output_bytes": kept per case}
-and reads one line back: MARK followed by a JSON list, one {"status", "output", "error"} per case. Status is "ok",
+ "case_time_s": per case, "budget_s": for all cases of one program, "output_bytes": kept per case}
+and reads one line back: MARK followed by a JSON list with one list per program, one {"status", "output", "error"}
+per case. Status is "ok",
 "error" (raised or exited non-zero), "timeout", "output_limit", "syntax_error", "no_function", "bad_return" (a
 function returned something that is not plain data), "not_run" (the budget was spent) or "infra" (the harness's own
 pipes or fork failed: the judge could not run the case). For a stdin case "output" is what the program printed; for
@@ -46,15 +47,15 @@ def main() -> None:
     for name in ("exit", "quit"):  # `python -S` leaves them out; programs written for judges call them
         if not hasattr(builtins, name):
             setattr(builtins, name, sys.exit)
-    results = run_job(job)
+    results = [run_program(source, job) for source in job["programs"]]
     sys.stdout.write(MARK + json.dumps(results, ensure_ascii=False) + "\n")
     sys.stdout.flush()
 
 
-def run_job(job: dict) -> list[dict]:
+def run_program(source: str, job: dict) -> list[dict]:
     cases = job["cases"]
     try:
-        code = compile(job["source"], "program.py", "exec")
+        code = compile(source, "program.py", "exec")
     except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
         detail = f"{type(exc).__name__}: {exc}"[:ERROR_CHARS]
         return [{"status": "syntax_error", "output": "", "error": detail} for _ in cases]

@@ -1,4 +1,4 @@
-"""Owns judging programs on test cases: one sandbox run per program for all its cases, compared outside the sandbox."""
+"""Owns judging programs on test cases: one sandbox run per program (or per set of trusted ones), verdicts outside."""
 
 from __future__ import annotations
 
@@ -87,37 +87,54 @@ class Program:
 
 def judge(program: Program, cases: Sequence[TestCase], limits: JudgeLimits = JudgeLimits()) -> tuple[CaseResult, ...]:
     """Run `program` on every case in one sandbox run and compare each result with the case's expected one."""
+    return judge_together((program,), cases, limits)[0]
+
+
+def judge_together(
+    programs: Sequence[Program], cases: Sequence[TestCase], limits: JudgeLimits = JudgeLimits()
+) -> list[tuple[CaseResult, ...]]:
+    """`judge` for several programs of one problem in a single sandbox run, each with its own time budget.
+
+    Only for trusted programs (a task's reference and its known-wrong programs): a program can kill the harness or
+    forge its results line, which would take the verdicts of every program in the run with it. Model-written
+    programs go through `judge` or `judge_each`, one run each."""
+    if not programs:
+        return []
     if not cases:
-        return ()
-    source = f"{program.prelude}\n{program.source}" if program.prelude else program.source
+        return [() for _ in programs]
+    first = programs[0]
+    if any((p.style, p.fn_name, p.prelude) != (first.style, first.fn_name, first.prelude) for p in programs):
+        raise ValueError("judge_together runs programs of one problem: their style, fn_name and prelude must agree")
     job = {
-        "source": source,
-        "style": program.style,
-        "fn_name": program.fn_name,
+        "programs": [f"{p.prelude}\n{p.source}" if p.prelude else p.source for p in programs],
+        "style": first.style,
+        "fn_name": first.fn_name,
         "cases": [_case_job(case) for case in cases],
         "case_time_s": limits.case_time_s,
         "budget_s": limits.budget_s,
         "output_bytes": limits.output_bytes,
     }
-    wall = limits.budget_s + HARNESS_OVERHEAD_S
+    wall = len(programs) * limits.budget_s + HARNESS_OVERHEAD_S
+    per_program_bytes = len(cases) * 6 * (limits.output_bytes + harness.ERROR_CHARS + 100)  # JSON escapes
     sandbox_limits = SandboxLimits(
         wall_time_s=wall,
         cpu_time_s=math.ceil(wall),
         memory_mb=limits.memory_mb,
-        max_output_bytes=len(cases) * 6 * (limits.output_bytes + harness.ERROR_CHARS + 100) + 4096,  # JSON escapes
+        max_output_bytes=len(programs) * per_program_bytes + 4096,
     )
+    shape = (len(programs), len(cases))
     run = run_python(_harness_source(), json.dumps(job), sandbox_limits)  # a failed sandbox is retried in there
-    reports = _reports(run.stdout, len(cases))
-    if reports is not None and any(report["status"] == INFRA for report in reports):  # the harness failed: once more
+    reports = _reports(run.stdout, shape)
+    if reports is not None and any(r["status"] == INFRA for one in reports for r in one):  # the harness failed
         run = run_python(_harness_source(), json.dumps(job), sandbox_limits)
-        reports = _reports(run.stdout, len(cases))
+        reports = _reports(run.stdout, shape)
     if run.infra_error is not None:
-        return tuple(CaseResult(False, INFRA, run.infra_error[:SHOWN_CHARS]) for _ in cases)
+        return [tuple(CaseResult(False, INFRA, run.infra_error[:SHOWN_CHARS]) for _ in cases) for _ in programs]
     if reports is None:
         why = "timeout" if run.timed_out else "crash"
         detail = (run.stderr.strip().splitlines() or [f"the judge's run ended with {run.exit_code}"])[-1]
-        return tuple(CaseResult(False, why, detail[:SHOWN_CHARS]) for _ in cases)
-    return tuple(_verdict(case, report) for case, report in zip(cases, reports, strict=True))
+        return [tuple(CaseResult(False, why, detail[:SHOWN_CHARS]) for _ in cases) for _ in programs]
+    return [tuple(_verdict(case, report) for case, report in zip(cases, one, strict=True)) for one in reports]
 
 
 def judge_each(
@@ -159,16 +176,19 @@ def _case_job(case: TestCase) -> dict[str, str]:
     raise TypeError(f"not a test case: {case!r}")
 
 
-def _reports(stdout: str, expected_count: int) -> list[dict] | None:
-    """The harness's results line (the last one carrying its mark), or None when the run produced none."""
+def _reports(stdout: str, shape: tuple[int, int]) -> list[list[dict]] | None:
+    """The harness's results line (the last one carrying its mark): one list of case reports per program, as many as
+    `shape` says; None when the run produced none of that shape."""
+    programs, cases = shape
     for line in reversed(stdout.split("\n")):
         if line.startswith(harness.MARK):
             try:
                 reports = json.loads(line[len(harness.MARK) :])
             except ValueError:
                 return None
-            valid = isinstance(reports, list) and len(reports) == expected_count
-            if valid and all(isinstance(r, dict) and isinstance(r.get("status"), str) for r in reports):
+            valid = isinstance(reports, list) and len(reports) == programs
+            valid = valid and all(isinstance(one, list) and len(one) == cases for one in reports)
+            if valid and all(isinstance(r, dict) and isinstance(r.get("status"), str) for one in reports for r in one):
                 return reports
             return None
     return None

@@ -96,6 +96,34 @@ def test_the_coders_programs_judge_the_testers_cases_when_the_task_has_no_refere
     assert result.info["credited"] == 1 and result.local_reward == pytest.approx(0.5)
 
 
+def test_a_tester_reply_runs_once_on_the_trusted_programs_and_once_per_program_the_coder_wrote(monkeypatch) -> None:
+    """The reference and the known-wrong programs share one sandbox run; a failing program the model wrote runs
+    alone (it could kill the harness). Every verdict is the one each program earns judged alone."""
+    env = CodeEnv(wrong_programs=2, max_turns=2)
+    env.load(ADD)
+    known_wrong = env._known_wrong()  # the mutant search runs here, before counting
+    runs = []
+    real = code_judge.run_python
+    monkeypatch.setattr(code_judge, "run_python", lambda *a, **k: runs.append(1) or real(*a, **k))
+
+    def caught(programs: tuple[str, ...], pairs: tuple[tuple[str, str], ...]) -> int:
+        valid = [StdinCase(i + "\n", o + "\n") for i, o in pairs]
+        valid = [c for c in valid if judge(Program(ADDER, "stdin"), (c,))[0].passed]
+        return sum(not all(r.passed for r in judge(Program(p, "stdin"), valid)) for p in programs)
+
+    first_cases = (("-5 5", "0"), ("2 3", "5"))
+    first = env.step("tester", cases(*first_cases))  # before the coder's first program
+    assert len(runs) == 1  # the reference and the known-wrong programs together
+    assert first.info["known_wrong"] == len(known_wrong) and first.info["caught"] == caught(known_wrong, first_cases)
+    env.step("coder", python(ABS_ADDER))  # fails a hidden case: the model's own known-wrong program from now on
+    second_cases = (("-1 4", "3"), ("6 6", "12"))
+    runs.clear()
+    second = env.step("tester", cases(*second_cases))
+    assert len(runs) == 2  # the trusted programs together, ABS_ADDER alone
+    wrong = (*known_wrong, ABS_ADDER)
+    assert second.info["known_wrong"] == len(wrong) and second.info["caught"] == caught(wrong, second_cases)
+
+
 def test_a_tester_reply_with_no_case_is_invalid() -> None:
     result = started().step("tester", "I would test with 1 2.")
     assert not result.valid and result.local_reward == -0.5
@@ -359,7 +387,7 @@ def test_replaying_a_move_runs_no_program_again(monkeypatch) -> None:
     reply = {"coder": python(ADDER.replace("a + b", "b + a")), "tester": cases(("17 29", "46"), ("31 -4", "27"))}
     first = {role: env.clone().step(role, text) for role, text in reply.items()}
     made = len(runs)
-    assert made >= 3  # the coder's program once, the tester's cases on the reference and the wrong program
+    assert made >= 2  # the coder's program once, the tester's cases once (the reference and the wrong program together)
     again = {role: env.clone().step(role, text) for role, text in reply.items()}
     assert again == first and len(runs) == made
 

@@ -15,7 +15,7 @@ from verl_mas_envs.code.cases import (
     stdout_matches,
     values_equal,
 )
-from verl_mas_envs.code.judge import JudgeLimits, Program, judge, judge_each, pass_rate
+from verl_mas_envs.code.judge import JudgeLimits, Program, judge, judge_each, judge_together, pass_rate
 
 ADD_CASES = (StdinCase("1 2\n", "3\n"), StdinCase("10 -4\n", "6\n"), StdinCase("0 0\n", "0\n"))
 ADDER = Program("a, b = map(int, input().split())\nprint(a + b)\n", "stdin")
@@ -182,6 +182,39 @@ def test_each_case_starts_from_a_fresh_program_state() -> None:
 def test_judge_each_runs_programs_separately() -> None:
     results = judge_each([ADDER, Program("print(0)", "stdin")], ADD_CASES, FAST)
     assert [statuses(r) for r in results] == [["passed"] * 3, ["wrong", "wrong", "passed"]]
+
+
+def test_trusted_programs_judged_together_take_one_run_and_keep_their_own_verdicts(monkeypatch) -> None:
+    calls = []
+    real = code_judge.run_python
+    monkeypatch.setattr(code_judge, "run_python", lambda *a, **k: calls.append(a) or real(*a, **k))
+    sleeper = Program("import time\ntime.sleep(5)\n", "stdin")
+    others = [ADDER, Program("print(0)", "stdin"), Program("def f(:\n", "stdin"), Program("print(1 / 0)", "stdin")]
+    limits = JudgeLimits(case_time_s=0.5, budget_s=1.5)
+    together = judge_together([sleeper, *others], ADD_CASES, limits)
+    assert len(calls) == 1
+    # the sleeper spends its whole budget; each program after it has a budget of its own
+    assert set(statuses(together[0])) <= {"timeout", "not_run"}
+    assert together[1:] == [judge(program, ADD_CASES, limits) for program in others]
+    assert [statuses(r) for r in together[1:]] == [
+        ["passed"] * 3,
+        ["wrong", "wrong", "passed"],
+        ["syntax_error"] * 3,
+        ["error"] * 3,
+    ]
+
+
+def test_judging_together_refuses_programs_of_different_problems_and_handles_empty_input() -> None:
+    with pytest.raises(ValueError, match="style, fn_name and prelude"):
+        judge_together([ADDER, Program("def add(a, b):\n    return a + b\n", "function", "add")], ADD_CASES)
+    assert judge_together([], ADD_CASES) == []
+    assert judge_together([ADDER, ADDER], ()) == [(), ()]
+
+
+def test_one_program_that_kills_the_harness_takes_every_verdict_of_its_run_hence_trusted_programs_only() -> None:
+    killer = Program("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", "stdin")
+    results = judge_together([ADDER, killer], ADD_CASES, FAST)
+    assert [statuses(r) for r in results] == [["crash"] * 3, ["crash"] * 3]
 
 
 # --- hostile programs ------------------------------------------------------------------------------------------------
