@@ -10,9 +10,6 @@ and highest, and ratios are against the bare subprocess in the same process.
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -20,6 +17,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from bench_record import write_record
 
 from verl_mas.sandbox import SandboxLimits, run_python
 from verl_mas_envs.code.cases import StdinCase, stdout_matches
@@ -94,18 +93,7 @@ def main() -> None:
     for name, figure in figures.items():
         spread = f"[{figure['min']:.1f}, {figure['max']:.1f}]"
         print(f"{name:>26}: {figure['median']:7.1f} {spread:>16}   x{figure['median'] / base:.2f} of a bare subprocess")
-    out = Path(__file__).parent / "results" / "code_judge.json"
-    record = {
-        "cases_per_round": CASES,
-        "rounds": ROUNDS,
-        "evaluations_per_second": figures,
-        "cpus": os.cpu_count(),
-        "load_average": os.getloadavg(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-    }
-    out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_record("code_judge", {"cases_per_round": CASES, "rounds": ROUNDS, "evaluations_per_second": figures})
 
 
 if __name__ == "__main__":

@@ -9,16 +9,13 @@ figure is the median over rounds, with the lowest and highest.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
+from bench_record import write_record
 from math_verify import LatexExtractionConfig, parse, verify
 
 from verl_mas_envs.math.verify_pool import GradingPool, PoolSettings
@@ -92,19 +89,7 @@ def main() -> None:
     for name, figure in figures.items():
         spread = f"[{figure['min']:.1f}, {figure['max']:.1f}]"
         print(f"{name:>16}: {figure['median']:7.1f} {spread:>14}   x{figure['median'] / base:.2f} of direct")
-    out = Path(__file__).parent / "results" / "math_grading.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    record = {
-        "calls_per_round": CALLS,
-        "rounds": ROUNDS,
-        "calls_per_second": figures,
-        "cpus": cpus,
-        "load_average": os.getloadavg(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-    }
-    out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_record("math_grading", {"calls_per_round": CALLS, "rounds": ROUNDS, "calls_per_second": figures})
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
+
+from bench_record import write_record
 
 from verl_mas.sandbox import arun_python, protections, run_python, set_max_concurrency
 
@@ -103,26 +104,15 @@ def main() -> None:
     off = protections().off()
     for name, rate in figures.items():
         print(f"{name:>22}: {rate:7.1f} runs/s")
-    out = Path(__file__).parent / "results" / "sandbox.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "program": CODE,
-                "runs_per_measurement": RUNS,
-                "measurements_per_figure": REPEATS,
-                "layers_off": off,
-                "runs_per_second": {k: round(v, 1) for k, v in figures.items()},
-                "cpus": os.cpu_count(),
-                "as_root": os.geteuid() == 0,
-                "python": sys.version.split()[0],
-                "platform": platform.platform(),
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"wrote {out}")
+    record = {
+        "program": CODE,
+        "runs_per_measurement": RUNS,
+        "measurements_per_figure": REPEATS,
+        "layers_off": off,
+        "runs_per_second": {k: round(v, 1) for k, v in figures.items()},
+        "as_root": os.geteuid() == 0,
+    }
+    write_record("sandbox", record)
 
 
 if __name__ == "__main__":

@@ -12,14 +12,12 @@ and highest, and the ratio is against one run per program in the same process.
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
+
+from bench_record import write_record
 
 from verl_mas_envs.code.cases import CodeProblem, StdinCase
 from verl_mas_envs.code.judge import CaseResult, JudgeLimits, Program, judge_each, judge_together
@@ -81,25 +79,15 @@ def main() -> None:
         f"together / one run per program, paired by round: x{statistics.median(ratios):.2f} "
         f"[{min(ratios):.2f}, {max(ratios):.2f}]; load average {os.getloadavg()[0]:.1f}"
     )
-    out = Path(__file__).parent / "results" / "tester_verdicts.json"
-    out.parent.mkdir(exist_ok=True)
+    ratio = {"median": round(statistics.median(ratios), 3), "min": round(min(ratios), 3), "max": round(max(ratios), 3)}
     record = {
         "replies_per_round": REPLIES_PER_ROUND,
         "rounds": ROUNDS,
         "programs_per_reply": program_count / (ROUNDS * REPLIES_PER_ROUND),
         "replies_per_second": figures,
-        "ratio_together_over_per_program": {
-            "median": round(statistics.median(ratios), 3),
-            "min": round(min(ratios), 3),
-            "max": round(max(ratios), 3),
-        },
-        "cpus": os.cpu_count(),
-        "load_average": os.getloadavg(),
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
+        "ratio_together_over_per_program": ratio,
     }
-    out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {out}")
+    write_record("tester_verdicts", record)
 
 
 if __name__ == "__main__":
