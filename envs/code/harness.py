@@ -25,8 +25,10 @@ import ctypes
 import json
 import os
 import select
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 
@@ -72,8 +74,11 @@ def run_program(source: str, job: dict) -> list[dict]:
 
 
 def run_case(code, job: dict, case: dict, pristine_builtins: dict, seconds: float) -> dict:
-    opened = []
-    try:  # the harness's own pipes and fork: failing here is the host's doing, before any program code ran
+    """One case in a forked child, in a working directory of its own (removed after), so that a file one case or
+    program writes there is never another's input."""
+    opened, folder = [], None
+    try:  # the harness's own pipes, folder and fork: failing here is the host's doing, before any program code ran
+        folder = tempfile.mkdtemp(prefix="case-", dir=os.getcwd())
         for _ in range(4):
             opened.extend(os.pipe())
         sys.stdout.flush()
@@ -82,7 +87,19 @@ def run_case(code, job: dict, case: dict, pristine_builtins: dict, seconds: floa
     except OSError as exc:
         for fd in opened:
             os.close(fd)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
         return {"status": "infra", "output": "", "error": f"the judge could not start the case: {exc}"}
+    try:
+        return watch_case(pid, opened, folder, code, job, case, pristine_builtins, seconds)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def watch_case(
+    pid: int, opened: list, folder: str, code, job: dict, case: dict, pristine_builtins: dict, seconds: float
+) -> dict:
+    """Both sides of the fork: the child runs the case in `folder`; this process feeds it, times it and reads it."""
     stdin_r, stdin_w, out_r, out_w, err_r, err_w, result_r, result_w = opened
     if pid == 0:
         for fd in (stdin_w, out_r, err_r, result_r):
@@ -92,7 +109,7 @@ def run_case(code, job: dict, case: dict, pristine_builtins: dict, seconds: floa
         os.dup2(err_w, 2)
         for fd in (stdin_r, out_w, err_w):
             os.close(fd)
-        child(code, job, case, pristine_builtins, result_w)  # never returns
+        child(code, job, case, pristine_builtins, result_w, folder)  # never returns
     for fd in (stdin_r, out_w, err_w, result_w):
         os.close(fd)
     feed = case.get("input", "").encode("utf-8", "surrogatepass") if case["kind"] == "stdin" else b""
@@ -215,10 +232,11 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def child(code, job: dict, case: dict, pristine_builtins: dict, result_w: int) -> None:
-    """The forked child: run the program for one case and exit, never returning into the harness."""
+def child(code, job: dict, case: dict, pristine_builtins: dict, result_w: int, folder: str) -> None:
+    """The forked child: run the program for one case in `folder` and exit, never returning into the harness."""
     exit_code = 0
     try:
+        os.chdir(folder)
         sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115 (lives until _exit)
         sys.stdout = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115

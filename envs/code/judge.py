@@ -95,9 +95,10 @@ def judge_together(
 ) -> list[tuple[CaseResult, ...]]:
     """`judge` for several programs of one problem in a single sandbox run, each with its own time budget.
 
-    Only for trusted programs (a task's reference and its known-wrong programs): a program can kill the harness or
-    forge its results line, which would take the verdicts of every program in the run with it. Model-written
-    programs go through `judge` or `judge_each`, one run each."""
+    Only for trusted programs (a task's reference and its known-wrong programs): a program can kill the harness,
+    which would take the verdicts of every program in the run with it. Model-written programs go through `judge` or
+    `judge_each`, one run each. A shared run that ends without its results (or could not start) is judged again one
+    program a run, so that one trusted program that kills the harness loses only its own verdicts."""
     if not programs:
         return []
     if not cases:
@@ -128,6 +129,8 @@ def judge_together(
     if reports is not None and any(r["status"] == INFRA for one in reports for r in one):  # the harness failed
         run = run_python(_harness_source(), json.dumps(job), sandbox_limits)
         reports = _reports(run.stdout, shape)
+    if len(programs) > 1 and (run.infra_error is not None or reports is None):
+        return judge_each(programs, cases, limits)
     if run.infra_error is not None:
         return [tuple(CaseResult(False, INFRA, run.infra_error[:SHOWN_CHARS]) for _ in cases) for _ in programs]
     if reports is None:

@@ -111,10 +111,14 @@ def test_a_tester_reply_runs_once_on_the_trusted_programs_and_once_per_program_t
         valid = [c for c in valid if judge(Program(ADDER, "stdin"), (c,))[0].passed]
         return sum(not all(r.passed for r in judge(Program(p, "stdin"), valid)) for p in programs)
 
-    first_cases = (("-5 5", "0"), ("2 3", "5"))
+    def failed_by_correct(pairs: tuple[tuple[str, str], ...]) -> int:
+        return sum(not judge(Program(ADDER, "stdin"), (StdinCase(i + "\n", o + "\n"),))[0].passed for i, o in pairs)
+
+    first_cases = (("-5 5", "0"), ("2 3", "6"))
     first = env.step("tester", cases(*first_cases))  # before the coder's first program
     assert len(runs) == 1  # the reference and the known-wrong programs together
     assert first.info["known_wrong"] == len(known_wrong) and first.info["caught"] == caught(known_wrong, first_cases)
+    assert first.info["failed_by_correct"] == failed_by_correct(first_cases) == 1
     env.step("coder", python(ABS_ADDER))  # fails a hidden case: the model's own known-wrong program from now on
     second_cases = (("-1 4", "3"), ("6 6", "12"))
     runs.clear()
@@ -122,6 +126,19 @@ def test_a_tester_reply_runs_once_on_the_trusted_programs_and_once_per_program_t
     assert len(runs) == 2  # the trusted programs together, ABS_ADDER alone
     wrong = (*known_wrong, ABS_ADDER)
     assert second.info["known_wrong"] == len(wrong) and second.info["caught"] == caught(wrong, second_cases)
+    assert second.info["failed_by_correct"] == failed_by_correct(second_cases) == 0
+
+
+def test_without_a_reference_the_coder_s_passing_program_never_shares_a_run(monkeypatch) -> None:
+    """The correct program is then the model's own: it and the task's wrong programs are judged one run each."""
+    env = started(CodeProblem("add/5", "Add.", "stdin", HIDDEN, wrong=(SUBTRACTER,)), max_turns=3)
+    env.step("coder", python(ADDER))  # passes every hidden case: the correct program from now on
+    env.step("tester", cases(("1 1", "3")))  # a wrong case: the turn goes on
+    runs = []
+    real = code_judge.run_python
+    monkeypatch.setattr(code_judge, "run_python", lambda *a, **k: runs.append(1) or real(*a, **k))
+    result = env.step("tester", cases(("2 3", "5"), ("8 1", "9")))  # before the coder's move: no turn check
+    assert len(runs) == 2 and result.info["caught"] == 1 and result.info["failed_by_correct"] == 0
 
 
 def test_a_tester_reply_with_no_case_is_invalid() -> None:
@@ -415,8 +432,12 @@ def test_a_tester_move_whose_programs_could_not_run_is_marked(monkeypatch) -> No
 
     env = started()
     fail_sandbox_starts(monkeypatch, every=True)
-    result = env.clone().step("tester", cases(("1 1", "2"), ("-3 1", "-2")))
+    reply = cases(("1 1", "2"), ("-3 1", "-2"))
+    result = env.clone().step("tester", reply)
     assert result.valid and INFRA_FAILURE in result.info and "credited" not in result.info
+    monkeypatch.undo()  # the host has processes again: the failure was not remembered
+    again = env.clone().step("tester", reply)
+    assert INFRA_FAILURE not in again.info and again.info["failed_by_correct"] == 0 and again.info["caught"] == 1
 
 
 def test_near_misses_are_the_known_wrong_programs_and_the_examples_with_one_output_off_by_one() -> None:

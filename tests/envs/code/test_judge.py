@@ -190,7 +190,7 @@ def test_trusted_programs_judged_together_take_one_run_and_keep_their_own_verdic
     monkeypatch.setattr(code_judge, "run_python", lambda *a, **k: calls.append(a) or real(*a, **k))
     sleeper = Program("import time\ntime.sleep(5)\n", "stdin")
     others = [ADDER, Program("print(0)", "stdin"), Program("def f(:\n", "stdin"), Program("print(1 / 0)", "stdin")]
-    limits = JudgeLimits(case_time_s=0.5, budget_s=1.5)
+    limits = JudgeLimits(case_time_s=2.0, budget_s=2.0)
     together = judge_together([sleeper, *others], ADD_CASES, limits)
     assert len(calls) == 1
     # the sleeper spends its whole budget; each program after it has a budget of its own
@@ -211,10 +211,28 @@ def test_judging_together_refuses_programs_of_different_problems_and_handles_emp
     assert judge_together([ADDER, ADDER], ()) == [(), ()]
 
 
-def test_one_program_that_kills_the_harness_takes_every_verdict_of_its_run_hence_trusted_programs_only() -> None:
+def test_a_program_that_kills_a_shared_run_loses_only_its_own_verdicts(monkeypatch) -> None:
+    """The shared run dies with every verdict in it (why model-written programs never share one); judged again one
+    program a run, the others keep theirs."""
+    calls = []
+    real = code_judge.run_python
+    monkeypatch.setattr(code_judge, "run_python", lambda *a, **k: calls.append(a) or real(*a, **k))
     killer = Program("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", "stdin")
     results = judge_together([ADDER, killer], ADD_CASES, FAST)
-    assert [statuses(r) for r in results] == [["crash"] * 3, ["crash"] * 3]
+    assert [statuses(r) for r in results] == [["passed"] * 3, ["crash"] * 3]
+    assert len(calls) == 1 + 2
+
+
+def test_a_file_one_case_or_program_writes_is_not_the_next_one_s_input() -> None:
+    """Each case runs in a working directory of its own, also when programs share a run."""
+    writer = Program("open('left.txt', 'w').write('7')\nprint(input())", "stdin")
+    reader = Program("import os\ninput()\nprint(os.path.exists('left.txt'))", "stdin")
+    fresh = tuple(StdinCase(f"{n}\n", "False\n") for n in range(3))
+    assert statuses(judge_together([writer, reader], fresh, FAST)[1]) == ["passed"] * 3
+    writes_then_reads = Program(
+        "import os\nprint(os.path.exists('left.txt'))\nopen('left.txt', 'w').write(input())", "stdin"
+    )
+    assert statuses(judge(writes_then_reads, fresh, FAST)) == ["passed"] * 3
 
 
 # --- hostile programs ------------------------------------------------------------------------------------------------
