@@ -1,0 +1,75 @@
+"""What a code design's warm starts play like before RL: each seed's step-0 held-out readings, their mean and SE.
+
+Reads each run's step-0 evaluation row from `RUNS/code/seedS/ARM/metrics.jsonl` and writes, per reading, the per-seed
+values, mean and standard error: greedy and sampled success, the share of sampled episodes whose first program solves
+the task, what the second turn adds (sampled success minus that share), and the tester's first-turn shares (catch,
+credited, replies with a case the correct program fails).
+
+    .venv/bin/python experiments/before_rl.py --runs runs/code_nm --seeds 20 21 22 \\
+        --out docs/results/some_folder/before_rl.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ARM = "at_grpo_catch_share"
+SAMPLED = "eval_sampled/"
+READINGS = {
+    "greedy success": lambda row: row["eval/success"],
+    "sampled success": lambda row: row[SAMPLED + "success"],
+    "sampled first program solves": lambda row: row[SAMPLED + "coder/turn0/team_reward"],
+    "sampled second turn adds": lambda row: row[SAMPLED + "success"] - row[SAMPLED + "coder/turn0/team_reward"],
+    "tester first turn catch share": lambda row: row[SAMPLED + "tester/turn0/catch_share"],
+    "tester first turn credited share": lambda row: row[SAMPLED + "tester/turn0/credited_share"],
+    "tester first turn replies with a failing case": lambda row: row[SAMPLED + "tester/turn0/wrong_case_share"],
+}
+
+
+def step0_row(runs: Path, seed: int, arm: str) -> dict:
+    path = runs / "code" / f"seed{seed}" / arm / "metrics.jsonl"
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("step") == 0 and SAMPLED + "success" in row:
+            return row
+    raise SystemExit(f"{path}: no step-0 evaluation row")
+
+
+def summary(values: Sequence[float]) -> dict:
+    return {
+        "per_seed": [round(v, 4) for v in values],
+        "mean": round(statistics.mean(values), 4),
+        "se": round(statistics.stdev(values) / math.sqrt(len(values)), 4),
+    }
+
+
+def before_rl(runs: Path, seeds: Sequence[int], arm: str) -> dict:
+    rows = [step0_row(runs, seed, arm) for seed in seeds]
+    return {name: summary([read(row) for row in rows]) for name, read in READINGS.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, required=True)
+    parser.add_argument("--seeds", type=int, nargs="+", required=True)
+    parser.add_argument("--arm", default=ARM)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if len(args.seeds) < 2:
+        parser.error("--seeds needs at least 2 seeds for a standard error")
+    table = before_rl(args.runs, args.seeds, args.arm)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    record = {"command": " ".join(["python", "experiments/before_rl.py", *(argv or sys.argv[1:])]), "readings": table}
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    for name, entry in table.items():
+        print(f"{name}: {entry['mean']:.3f} (SE {entry['se']:.3f})")
+
+
+if __name__ == "__main__":
+    main()

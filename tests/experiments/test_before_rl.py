@@ -1,0 +1,54 @@
+"""experiments/before_rl.py: a design's step-0 held-out readings per seed, with mean and standard error."""
+
+import json
+
+import pytest
+from script_testkit import loaded_script
+
+
+@pytest.fixture(scope="module")
+def before():
+    with loaded_script("experiments/before_rl.py", "before_rl_experiment") as module:
+        yield module
+
+
+def write_run(runs, seed: int, success: float, first: float, wrong_case: float) -> None:
+    folder = runs / "code" / f"seed{seed}" / "at_grpo_catch_share"
+    folder.mkdir(parents=True)
+    sampled = {
+        "eval_sampled/success": success,
+        "eval_sampled/coder/turn0/team_reward": first,
+        "eval_sampled/tester/turn0/catch_share": 0.5,
+        "eval_sampled/tester/turn0/credited_share": 0.25,
+        "eval_sampled/tester/turn0/wrong_case_share": wrong_case,
+    }
+    rows = [
+        {"step": 0, "eval/success": 0.9},  # a greedy-only row first: the sampled one is the reading
+        {"step": 0, "eval/success": 0.75, **sampled},
+        {"step": 30, "eval/success": 0.0, **{key: 0.0 for key in sampled}},  # after RL: never read
+    ]
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+
+
+def test_readings_are_the_step0_rows_and_the_second_turn_is_success_minus_the_first_program(before, tmp_path):
+    write_run(tmp_path, 3, success=0.5, first=0.75, wrong_case=0.25)
+    write_run(tmp_path, 8, success=0.75, first=0.5, wrong_case=0.75)
+    out = tmp_path / "out" / "before.json"
+    before.main(["--runs", str(tmp_path), "--seeds", "3", "8", "--out", str(out)])
+    readings = json.loads(out.read_text())["readings"]
+    adds = readings["sampled second turn adds"]
+    assert adds["per_seed"] == [-0.25, 0.25] and adds["mean"] == 0.0
+    assert adds["se"] == pytest.approx(0.25)  # stdev of (-0.25, 0.25) is 0.3536; over sqrt(2)
+    assert readings["greedy success"]["per_seed"] == [0.75, 0.75] and readings["greedy success"]["se"] == 0.0
+    assert readings["tester first turn replies with a failing case"]["mean"] == 0.5
+
+
+def test_a_run_without_a_step0_evaluation_or_one_seed_fails_at_start(before, tmp_path):
+    write_run(tmp_path, 1, success=0.5, first=0.5, wrong_case=0.5)
+    folder = tmp_path / "code" / "seed2" / "at_grpo_catch_share"
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval/success": 0.5}) + "\n")
+    with pytest.raises(SystemExit, match="seed2.*no step-0 evaluation row"):
+        before.main(["--runs", str(tmp_path), "--seeds", "1", "2", "--out", str(tmp_path / "x.json")])
+    with pytest.raises(SystemExit):
+        before.main(["--runs", str(tmp_path), "--seeds", "1", "--out", str(tmp_path / "x.json")])
