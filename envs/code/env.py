@@ -582,16 +582,28 @@ def _judged_together_and_cached(
 @functools.lru_cache(maxsize=256)
 def _known_wrong(problem: CodeProblem, count: int, limits: JudgeLimits) -> tuple[str, ...]:
     """The task's wrong programs and up to `count` mutants of its reference that fail some hidden case (a mutant the
-    judge could not run is not known to fail)."""
+    judge could not run is not known to fail), none of them the same program as an earlier one written otherwise: a
+    program counted twice would count twice in the tester's catch share."""
     found = list(problem.wrong)
     if problem.reference is not None and count:
         candidates = mutants(problem.reference, count * 3, problem.uid)
         programs = [Program.for_problem(problem, source) for source in candidates]
+        seen = {_program_form(source) for source in found}
         for source, results in zip(candidates, judge_together(programs, problem.hidden, limits), strict=True):
             fails = not all(r.passed for r in results) and infra_failure(results) is None
-            if len(found) - len(problem.wrong) < count and fails:
+            if len(found) - len(problem.wrong) < count and fails and _program_form(source) not in seen:
                 found.append(source)
+                seen.add(_program_form(source))
     return tuple(found)
+
+
+def _program_form(source: str) -> str:
+    """The program as its syntax tree (layout, comments and quotes left out); its stripped text when it does not
+    parse."""
+    try:
+        return ast.dump(ast.parse(source))
+    except (SyntaxError, ValueError):
+        return source.strip()
 
 
 def _check_problems(config: CodeConfig) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import dataclasses
 import math
@@ -224,6 +225,16 @@ def test_mutants_of_the_reference_serve_as_known_wrong_programs() -> None:
     for source in wrong:
         assert not all(r.passed for r in judge(Program(source, "stdin"), HIDDEN))
     assert env.step("tester", cases(("2 3", "5"))).local_reward == pytest.approx(1.0)
+
+
+def test_a_mutant_that_is_one_of_the_task_s_wrong_programs_written_otherwise_is_not_counted_again() -> None:
+    # ADDER's one mutant is '+' -> '-', SUBTRACTER; here the task gives it with other spacing and a comment
+    given = "a, b = map(int, input().split())  # read\nprint(a-b)\n"
+    assert ast.dump(ast.parse(given)) == ast.dump(ast.parse(SUBTRACTER))
+    env = CodeEnv(wrong_programs=3)
+    env.load(CodeProblem("add/6", "Add.", "stdin", HIDDEN, reference=ADDER, wrong=(given,)))
+    assert env._known_wrong() == (given,)
+    assert env.step("tester", cases(("2 3", "5"))).info["known_wrong"] == 1
 
 
 def test_arithmetic_tasks_are_seeded_split_apart_and_solved_by_their_reference() -> None:
