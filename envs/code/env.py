@@ -56,7 +56,7 @@ from verl_mas_envs.common import (
 from verl_mas_envs.problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 
 from .cases import CallCase, CodeProblem, StdinCase, TestCase, literal_value
-from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge, judge_each, judge_together
+from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge_each, judge_together
 from .mutants import mutants
 from .problems import brief_statement, check_options, file_problem, file_problems, task_problem
 from .tester_reward import TESTER_REWARDS, TesterReward, Verdicts, tester_reward
@@ -533,47 +533,37 @@ def _off_by_one(case: TestCase) -> str | None:
 
 
 class _NotJudged(Exception):
-    """The judge could not run the program: raised through the cache so that the failure is not remembered."""
+    """The judge could not run a program: raised through the cache so that the failure is not remembered."""
 
-    def __init__(self, results: tuple[CaseResult, ...] | list[tuple[CaseResult, ...]]) -> None:
+    def __init__(self, results: tuple[tuple[CaseResult, ...], ...]) -> None:
         super().__init__("the judge could not run a program")
         self.results = results
 
 
 def _judged(program: Program, cases: tuple[TestCase, ...], limits: JudgeLimits) -> tuple[CaseResult, ...]:
-    """Judging is deterministic given its inputs: the rollout's replay of a chosen move then costs no sandbox run.
-    A run the judge could not make is not cached: the next call tries again."""
-    try:
-        return _judged_and_cached(program, cases, limits)
-    except _NotJudged as failed:
-        return failed.results
-
-
-@functools.lru_cache(maxsize=1024)
-def _judged_and_cached(program: Program, cases: tuple[TestCase, ...], limits: JudgeLimits) -> tuple[CaseResult, ...]:
-    results = judge(program, cases, limits)
-    if infra_failure(results) is not None:
-        raise _NotJudged(results)
-    return results
+    """One program's verdicts, through `_judged_together`'s cache."""
+    return _judged_together((program,), cases, limits)[0]
 
 
 def _judged_together(
     programs: tuple[Program, ...], cases: tuple[TestCase, ...], limits: JudgeLimits
-) -> list[tuple[CaseResult, ...]]:
-    """`judge_together` for a task's trusted programs, cached as `_judged` is."""
+) -> tuple[tuple[CaseResult, ...], ...]:
+    """`judge_together` (several programs: only a task's trusted ones), cached. Judging is deterministic given its
+    inputs: the rollout's replay of a chosen move then costs no sandbox run. A run the judge could not make is not
+    cached: the next call tries again."""
     if not programs:
-        return []
+        return ()
     try:
-        return _judged_together_and_cached(programs, cases, limits)
+        return _judged_and_cached(programs, cases, limits)
     except _NotJudged as failed:
         return failed.results
 
 
 @functools.lru_cache(maxsize=1024)
-def _judged_together_and_cached(
+def _judged_and_cached(
     programs: tuple[Program, ...], cases: tuple[TestCase, ...], limits: JudgeLimits
-) -> list[tuple[CaseResult, ...]]:
-    results = judge_together(programs, cases, limits)
+) -> tuple[tuple[CaseResult, ...], ...]:
+    results = tuple(judge_together(programs, cases, limits))
     if any(infra_failure(one) is not None for one in results):
         raise _NotJudged(results)
     return results
@@ -591,9 +581,10 @@ def _known_wrong(problem: CodeProblem, count: int, limits: JudgeLimits) -> tuple
         seen = {_program_form(source) for source in found}
         for source, results in zip(candidates, judge_together(programs, problem.hidden, limits), strict=True):
             fails = not all(r.passed for r in results) and infra_failure(results) is None
-            if len(found) - len(problem.wrong) < count and fails and _program_form(source) not in seen:
+            form = _program_form(source)
+            if len(found) - len(problem.wrong) < count and fails and form not in seen:
                 found.append(source)
-                seen.add(_program_form(source))
+                seen.add(form)
     return tuple(found)
 
 

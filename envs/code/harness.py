@@ -6,12 +6,11 @@
            | {"kind": "script", "code": test code}],
  "case_time_s": per case, "budget_s": for all cases of one program, "output_bytes": kept per case}
 and reads one line back: MARK followed by a JSON list with one list per program, one {"status", "output", "error"}
-per case. Status is "ok",
-"error" (raised or exited non-zero), "timeout", "output_limit", "syntax_error", "no_function", "bad_return" (a
-function returned something that is not plain data), "not_run" (the budget was spent) or "infra" (the harness's own
-pipes or fork failed: the judge could not run the case). For a stdin case "output" is what the program printed; for
-a call case the returned value's repr; the comparison with the expected result happens outside the sandbox, which
-never holds it.
+per case. Status is "ok", "error" (raised or exited non-zero), "timeout", "output_limit", "syntax_error",
+"no_function", "bad_return" (a function returned something that is not plain data), "not_run" (the budget was spent)
+or "infra" (the harness's own pipes, folder or fork failed: the judge could not run the case). For a stdin case
+"output" is what the program printed; for a call case the returned value's repr; the comparison with the expected
+result happens outside the sandbox, which never holds it.
 
 Each case runs in a fresh child forked from this process before any model code ran here, so a case cannot see the
 state an earlier case left, and this process, which never executes the program, keeps the time: it kills a case's

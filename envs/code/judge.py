@@ -124,10 +124,11 @@ def judge_together(
         max_output_bytes=len(programs) * per_program_bytes + 4096,
     )
     shape = (len(programs), len(cases))
-    run = run_python(_harness_source(), json.dumps(job), sandbox_limits)  # a failed sandbox is retried in there
+    payload = json.dumps(job)
+    run = run_python(_harness_source(), payload, sandbox_limits)  # a failed sandbox is retried in there
     reports = _reports(run.stdout, shape)
     if reports is not None and any(r["status"] == INFRA for one in reports for r in one):  # the harness failed
-        run = run_python(_harness_source(), json.dumps(job), sandbox_limits)
+        run = run_python(_harness_source(), payload, sandbox_limits)
         reports = _reports(run.stdout, shape)
     if len(programs) > 1 and (run.infra_error is not None or reports is None):
         return judge_each(programs, cases, limits)
