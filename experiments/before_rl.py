@@ -30,13 +30,26 @@ READINGS = {
     "tester first turn credited share": lambda row: row[SAMPLED + "tester/turn0/credited_share"],
     "tester first turn replies with a failing case": lambda row: row[SAMPLED + "tester/turn0/wrong_case_share"],
 }
+REQUIRED = (
+    "eval/success",
+    *(SAMPLED + key for key in ("success", "coder/turn0/team_reward")),
+    *(SAMPLED + f"tester/turn0/{share}" for share in ("catch_share", "credited_share", "wrong_case_share")),
+)
 
 
 def step0_row(runs: Path, seed: int, arm: str) -> dict:
     path = runs / "code" / f"seed{seed}" / arm / "metrics.jsonl"
-    for line in path.read_text().splitlines():
-        row = json.loads(line)
+    if not path.is_file():
+        raise SystemExit(f"{path}: no metrics file (seed {seed}, arm {arm})")
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            row = json.loads(line)
+        except ValueError as error:
+            raise SystemExit(f"{path}, line {number}: not a JSON row ({error})") from None
         if row.get("step") == 0 and SAMPLED + "success" in row:
+            missing = [key for key in REQUIRED if key not in row]
+            if missing:
+                raise SystemExit(f"{path}: the step-0 evaluation row lacks {', '.join(missing)}")
             return row
     raise SystemExit(f"{path}: no step-0 evaluation row")
 

@@ -52,3 +52,24 @@ def test_a_run_without_a_step0_evaluation_or_one_seed_fails_at_start(before, tmp
         before.main(["--runs", str(tmp_path), "--seeds", "1", "2", "--out", str(tmp_path / "x.json")])
     with pytest.raises(SystemExit):
         before.main(["--runs", str(tmp_path), "--seeds", "1", "--out", str(tmp_path / "x.json")])
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no metrics file"),
+        ('{"step": 0, "eval/success": 0.5}\n{"step": 0, tru', "line 2: not a JSON row"),
+        ('{"step": 0, "eval/success": 0.5, "eval_sampled/success": 0.5}\n', "lacks .*coder/turn0/team_reward"),
+        ("", "no step-0 evaluation row"),
+    ],
+)
+def test_a_missing_truncated_or_incomplete_metrics_file_fails_naming_it(before, tmp_path, content, message):
+    write_run(tmp_path, 1, success=0.5, first=0.5, wrong_case=0.5)
+    folder = tmp_path / "code" / "seed2" / "at_grpo_catch_share"
+    folder.mkdir(parents=True)
+    if content is not None:
+        (folder / "metrics.jsonl").write_text(content)
+    out = tmp_path / "out.json"
+    with pytest.raises(SystemExit, match=f"seed2.*{message}"):
+        before.main(["--runs", str(tmp_path), "--seeds", "1", "2", "--out", str(out)])
+    assert not out.exists()
