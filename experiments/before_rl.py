@@ -7,6 +7,11 @@ credited, replies with a case the correct program fails).
 
     .venv/bin/python experiments/before_rl.py --runs runs/code_nm --seeds 20 21 22 \\
         --out docs/results/some_folder/before_rl.json
+
+With `--admit-cost C` it writes nothing and prints the seeds whose warm start leaves the room a design set before its
+runs: the second turn costs at least C of sampled success (what it adds is -C or less), read before any RL.
+
+    .venv/bin/python experiments/before_rl.py --runs runs/code_room_screen --seeds 30 --admit-cost 0.10
 """
 
 from __future__ import annotations
@@ -67,13 +72,26 @@ def before_rl(runs: Path, seeds: Sequence[int], arm: str) -> dict:
     return {name: summary([read(row) for row in rows]) for name, read in READINGS.items()}
 
 
+def admitted(runs: Path, seeds: Sequence[int], arm: str, cost: float) -> list[int]:
+    """The seeds whose second turn costs at least `cost` of sampled success before RL."""
+    adds = READINGS["sampled second turn adds"]
+    return [seed for seed in seeds if adds(step0_row(runs, seed, arm)) <= -cost]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", required=True)
     parser.add_argument("--arm", default=ARM)
-    parser.add_argument("--out", type=Path, required=True)
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--out", type=Path, help="write the readings here as JSON")
+    target.add_argument("--admit-cost", type=float, help="print the seeds whose second turn costs at least this")
     args = parser.parse_args(argv)
+    if args.admit_cost is not None:
+        if not 0.0 <= args.admit_cost <= 1.0:
+            parser.error(f"--admit-cost must be in [0, 1], got {args.admit_cost}")
+        print(" ".join(map(str, admitted(args.runs, args.seeds, args.arm, args.admit_cost))))
+        return
     if len(args.seeds) < 2:
         parser.error("--seeds needs at least 2 seeds for a standard error")
     table = before_rl(args.runs, args.seeds, args.arm)

@@ -73,3 +73,18 @@ def test_a_missing_truncated_or_incomplete_metrics_file_fails_naming_it(before, 
     with pytest.raises(SystemExit, match=f"seed2.*{message}"):
         before.main(["--runs", str(tmp_path), "--seeds", "1", "2", "--out", str(out)])
     assert not out.exists()
+
+
+def test_admission_prints_only_the_seeds_whose_second_turn_costs_at_least_the_set_amount(before, tmp_path, capsys):
+    write_run(tmp_path, 1, success=0.5, first=0.75, wrong_case=0.9)  # costs 0.25: admitted
+    write_run(tmp_path, 2, success=0.65, first=0.75, wrong_case=0.9)  # costs 0.10 exactly: admitted (at least)
+    write_run(tmp_path, 3, success=0.7, first=0.75, wrong_case=0.9)  # costs 0.05: left out
+    write_run(tmp_path, 4, success=0.75, first=0.5, wrong_case=0.1)  # the second turn adds: left out
+    before.main(["--runs", str(tmp_path), "--seeds", "4", "3", "2", "1", "--admit-cost", "0.099999"])
+    assert capsys.readouterr().out.split() == ["2", "1"]
+    before.main(["--runs", str(tmp_path), "--seeds", "3", "--admit-cost", "0.1"])  # one seed is enough here
+    assert capsys.readouterr().out.strip() == ""
+    with pytest.raises(SystemExit):
+        before.main(["--runs", str(tmp_path), "--seeds", "1", "--admit-cost", "1.5"])
+    with pytest.raises(SystemExit):  # a reading file and an admission at once
+        before.main(["--runs", str(tmp_path), "--seeds", "1", "--admit-cost", "0.1", "--out", str(tmp_path / "x")])
