@@ -8,7 +8,8 @@ second example), how often each field is the example's: the input's first intege
 the expected output. It also counts the cases the correct program fails (the expected output is not the task's own
 expression at the case's input, evaluated from our generated expression: no model-written code runs) and the replies
 holding at least one such case, which are what sends a right program to a second turn. The coder's first programs
-are sampled beside them and compared with the reference's expression, term by term. Trains nothing.
+are sampled beside them and compared with the reference's expression, term by term. A model is a saved model folder
+(a warm start) or a run folder of the local engine, whose latest checkpoint is read. Trains nothing.
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/tester_copies.py runs/code_b128/code/seed30/warm_start_team \\
         --tasks 64 --samples 8 --out docs/results/some_folder/tester_copies.json
@@ -21,6 +22,7 @@ import asyncio
 import json
 import re
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +31,8 @@ from transformers import AutoTokenizer
 
 from verl_mas.dataset import split_tasks
 from verl_mas.env import make_env
+from verl_mas.local.config import CONFIG_FILE, read_config
+from verl_mas.local.export import export_policies
 from verl_mas.local.generator import BatchingGenerator, SamplingConfig
 from verl_mas.local.model import load_model
 from verl_mas.rollout import GenerationRequest
@@ -124,10 +128,26 @@ async def sample(generator: BatchingGenerator, requests: list[GenerationRequest]
     return [[g.text for g in group] for group in generations]
 
 
+def model_folder(path: str, scratch: Path) -> str:
+    """`path` when it holds a saved model; a run folder's latest checkpoint, exported under `scratch`, otherwise."""
+    run = Path(path)
+    if (run / "model.safetensors").is_file():
+        return path
+    if not (run / CONFIG_FILE).is_file():
+        raise SystemExit(f"{path}: neither a saved model folder nor a run folder with {CONFIG_FILE}")
+    out = scratch / f"model{len(list(scratch.iterdir()))}"
+    folders = export_policies(read_config(run / CONFIG_FILE), out, checkpoint=run, log=lambda _: None)
+    if len(folders) != 1:
+        raise SystemExit(f"{path}: the run has {len(folders)} policies; this reads one shared model")
+    return str(next(iter(folders.values())))
+
+
 def read_model(path: str, tasks: int, samples: int, seed: int, task_seed: int) -> ModelReading:
     """Sample every task's first-turn tester and coder replies from the model at `path` and count what they copy."""
-    model = load_model(path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = model_folder(path, Path(scratch))
+        model = load_model(folder)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
     generator = BatchingGenerator({"shared": (model, tokenizer)}, SamplingConfig(max_new_tokens=72), seed=seed)
     env = make_env("code", **ENV_OPTIONS)
     reading = ModelReading(model=path, tasks=tasks, samples=samples)
@@ -152,11 +172,12 @@ def read_model(path: str, tasks: int, samples: int, seed: int, task_seed: int) -
 
 def shares(reading: ModelReading) -> dict[str, float]:
     """Each count as a share of what it counts over."""
+    replies, programs = max(reading.replies, 1), max(reading.programs, 1)
     out = {
-        "unreadable replies": reading.unreadable_replies / reading.replies,
-        "replies with a case the correct program fails": reading.replies_with_a_failing_case / reading.replies,
-        "programs printing the expression": reading.programs_with_the_expression / reading.programs,
-        "programs with the first term right": reading.programs_first_term_right / reading.programs,
+        "unreadable replies": reading.unreadable_replies / replies,
+        "replies with a case the correct program fails": reading.replies_with_a_failing_case / replies,
+        "programs printing the expression": reading.programs_with_the_expression / programs,
+        "programs with the first term right": reading.programs_first_term_right / programs,
     }
     for position, counts in enumerate(reading.by_position, start=1):
         for name in ("first_integer", "second_integer", "input", "output", "right_for_its_input"):
