@@ -1,0 +1,119 @@
+"""A check for regression to the mean: each run's warm start evaluated again with other draws, and the gain from it.
+
+A design that admits a seed on a reading before RL (`before_rl.py --admit-cost`) picks warm starts whose reading came
+out low, partly by chance, and a later reading of the same model would then rise with no learning. For each run folder
+given (a local-engine run whose `config.json` loads its warm start through `model.path`), this evaluates the warm start
+again on the same held-out tasks with `--samples` sampled episodes a task, drawn with other random numbers than the
+run's own evaluations (`verl-mas eval`'s stream), and reads the run's last sampled evaluation from its `metrics.jsonl`.
+It writes, per seed and as mean (SE) [95% t interval], the run's step-0 reading, the re-evaluation, the last reading,
+the gain measured from each, and the first program's share and the second turn's cost in both readings of the warm
+start. Trains nothing.
+
+    OMP_NUM_THREADS=1 .venv/bin/python experiments/reevaluate.py runs/code_room/code/seed{30,31}/at_grpo_catch_share \\
+        --samples 8 --out docs/results/some_folder/reevaluated.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import learning  # noqa: E402  (the harness's t quantiles, in the same folder)
+
+from verl_mas.local.config import CONFIG_FILE, read_config  # noqa: E402
+from verl_mas.local.evaluate import EvalConfig, evaluate  # noqa: E402
+from verl_mas.local.reporting import METRICS_FILE, read_metrics  # noqa: E402
+
+SUCCESS = "eval_sampled/success"
+FIRST_PROGRAM = "eval_sampled/coder/turn0/team_reward"
+
+
+def evaluation_rows(run: Path) -> tuple[dict, dict]:
+    """The run's step-0 and last sampled evaluation rows."""
+    path = run / METRICS_FILE
+    if not path.is_file():
+        raise SystemExit(f"{path}: no metrics file")
+    rows = [row for row in read_metrics(run) if SUCCESS in row and FIRST_PROGRAM in row]
+    if not rows or rows[0].get("step") != 0:
+        raise SystemExit(f"{path}: no step-0 sampled evaluation")
+    if len(rows) < 2:
+        raise SystemExit(f"{path}: no sampled evaluation after step 0")
+    return rows[0], rows[-1]
+
+
+def reevaluate(run: Path, samples: int) -> dict[str, float]:
+    """The warm start of `run`, evaluated again with `samples` sampled episodes a task: success and first program."""
+    config = read_config(run / CONFIG_FILE)
+    if not config.model.path:
+        raise SystemExit(f"{run}: its config has no model.path, so its warm start is not a saved model")
+    with tempfile.TemporaryDirectory() as scratch:
+        eval_config = EvalConfig(samples=samples, temperature=config.sampling.temperature, json=f"{scratch}/eval.json")
+        report = evaluate(config, eval_config, None, log=lambda _: None)
+    (first,) = [row for row in report.role_turns if row["role"] == "coder" and row["turn"] == 0]
+    return {"success": report.success[config.env], "first program": first["team_reward"]}
+
+
+def summary(values: Sequence[float]) -> dict:
+    mean = statistics.mean(values)
+    if len(values) < 2:
+        return {"per_seed": [round(v, 4) for v in values], "mean": round(mean, 4)}
+    se = statistics.stdev(values) / math.sqrt(len(values))
+    half = learning.t_quantile_95(len(values) - 1) * se
+    return {
+        "per_seed": [round(v, 4) for v in values],
+        "mean": round(mean, 4),
+        "se": round(se, 4),
+        "ci95": [round(mean - half, 4), round(mean + half, 4)],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with config.json and metrics.jsonl)")
+    parser.add_argument("--samples", type=int, default=8, help="sampled episodes a task (default: %(default)s)")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.samples < 1:
+        parser.error(f"--samples must be >= 1, got {args.samples}")
+    per_run = []
+    for run in args.runs:
+        step0, last = evaluation_rows(run)  # read first: a run without its readings fails before any evaluation
+        again = reevaluate(run, args.samples)
+        per_run.append(
+            {
+                "run": str(run),
+                "last step": last["step"],
+                "step 0 success": step0[SUCCESS],
+                "re-evaluated success": again["success"],
+                "last success": last[SUCCESS],
+                "step 0 second turn adds": step0[SUCCESS] - step0[FIRST_PROGRAM],
+                "re-evaluated second turn adds": again["success"] - again["first program"],
+                "gain from step 0": last[SUCCESS] - step0[SUCCESS],
+                "gain from the re-evaluation": last[SUCCESS] - again["success"],
+            }
+        )
+        print(
+            ", ".join(
+                f"{key}: {value:.3f}" if isinstance(value, float) else str(value) for key, value in per_run[-1].items()
+            )
+        )
+    readings = [key for key in per_run[0] if key not in ("run", "last step")]
+    record = {
+        "command": " ".join(["python", "experiments/reevaluate.py", *(argv if argv is not None else sys.argv[1:])]),
+        "samples": args.samples,
+        "runs": per_run,
+        "summary": {key: summary([run[key] for run in per_run]) for key in readings},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
