@@ -36,7 +36,7 @@ from verl_mas.local.export import export_policies
 from verl_mas.local.generator import BatchingGenerator, SamplingConfig
 from verl_mas.local.model import load_model
 from verl_mas.rollout import GenerationRequest
-from verl_mas_envs.code.problems import _evaluate
+from verl_mas_envs.code.problems import evaluate_expression
 
 CASE = re.compile(r"```input\n(.*?)\n```\n```output\n(.*?)\n```", re.DOTALL)
 PROGRAM = re.compile(r"```python\n.*?\nprint\((.*?)\)\n```", re.DOTALL)
@@ -107,7 +107,7 @@ def read_reply(reading: ModelReading, reply: str, examples: Sequence[tuple[str, 
             counts.second_integer += len(written) > 1 and written[1] == wanted[1]
         right = written is not None and len(written) == len(wanted)
         if right:
-            value = _evaluate(expression, dict(zip("ab", written, strict=False)))
+            value = evaluate_expression(expression, dict(zip("ab", written, strict=False)))
             right = written_output.strip() == str(value)
         counts.right_for_its_input += right
         failing = failing or not right

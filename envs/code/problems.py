@@ -143,11 +143,11 @@ def brief_statement(problem: CodeProblem) -> str:
 
 
 def _arithmetic_case(expression: str, names: str, values: tuple[int, ...]) -> StdinCase:
-    result = _evaluate(expression, dict(zip(names, values, strict=True)))
+    result = evaluate_expression(expression, dict(zip(names, values, strict=True)))
     return StdinCase(" ".join(map(str, values)) + "\n", f"{result}\n")
 
 
-def _evaluate(expression: str, values: dict[str, int]) -> int:
+def evaluate_expression(expression: str, values: dict[str, int]) -> int:
     """Our own generated expression's value, read with its AST (names, small ints, + - *; no eval)."""
 
     def value(node: ast.expr) -> int:
