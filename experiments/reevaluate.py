@@ -7,10 +7,12 @@ again on the same held-out tasks with `--samples` sampled episodes a task, drawn
 run's own evaluations (`verl-mas eval`'s stream), and reads the run's last sampled evaluation from its `metrics.jsonl`.
 It writes, per seed and as mean (SE) [95% t interval], the run's step-0 reading, the re-evaluation, the last reading,
 the gain measured from each, and the first program's share and the second turn's cost in both readings of the warm
-start. Trains nothing.
+start. Trains nothing. With `--combine` it evaluates nothing and joins the runs of files this script wrote (runs
+re-evaluated one by one, as each finished) into one record with the summary over all of them.
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/reevaluate.py runs/code_room/code/seed{30,31}/at_grpo_catch_share \\
         --samples 8 --out docs/results/some_folder/reevaluated.json
+    .venv/bin/python experiments/reevaluate.py --combine runs/code_room/reeval_seed*.json --out reevaluated.json
 """
 
 from __future__ import annotations
@@ -78,10 +80,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with config.json and metrics.jsonl)")
     parser.add_argument("--samples", type=int, default=8, help="sampled episodes a task (default: %(default)s)")
+    parser.add_argument("--combine", action="store_true", help="the arguments are files this script wrote: join them")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.samples < 1:
         parser.error(f"--samples must be >= 1, got {args.samples}")
+    command = " ".join(["python", "experiments/reevaluate.py", *(argv if argv is not None else sys.argv[1:])])
+    if args.combine:
+        records = [json.loads(path.read_text()) for path in args.runs]
+        samples = {record["samples"] for record in records}
+        if len(samples) != 1:
+            raise SystemExit(f"--combine: the files re-evaluated with different --samples: {sorted(samples)}")
+        write_record(args.out, command, samples.pop(), [run for record in records for run in record["runs"]])
+        return
     per_run = []
     for run in args.runs:
         step0, last = evaluation_rows(run)  # read first: a run without its readings fails before any evaluation
@@ -104,15 +115,23 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{key}: {value:.3f}" if isinstance(value, float) else str(value) for key, value in per_run[-1].items()
             )
         )
+    write_record(args.out, command, args.samples, per_run)
+
+
+def write_record(out: Path, command: str, samples: int, per_run: list[dict]) -> None:
+    """The runs' readings and, for each, its summary over the runs."""
+    runs = [run["run"] for run in per_run]
+    if len(set(runs)) != len(runs):
+        raise SystemExit(f"a run is listed twice: {sorted(r for r in runs if runs.count(r) > 1)}")
     readings = [key for key in per_run[0] if key not in ("run", "last step")]
     record = {
-        "command": " ".join(["python", "experiments/reevaluate.py", *(argv if argv is not None else sys.argv[1:])]),
-        "samples": args.samples,
+        "command": command,
+        "samples": samples,
         "runs": per_run,
         "summary": {key: summary([run[key] for run in per_run]) for key in readings},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":

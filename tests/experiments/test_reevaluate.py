@@ -70,3 +70,24 @@ def test_a_run_without_a_saved_warm_start_fails_naming_it(reeval, tmp_path):
     (run / "config.json").write_text(json.dumps({"env": "code", "model": {"path": ""}}))
     with pytest.raises(SystemExit, match="seed3.*no model.path"):
         reeval.reevaluate(run, 2)
+
+
+def test_combine_joins_files_into_one_summary_and_refuses_mixed_samples_or_a_run_twice(reeval, tmp_path, monkeypatch):
+    runs = [tmp_path / "seed1", tmp_path / "seed2"]
+    write_rows(runs[0], [sampled(0, 0.25, 0.5), sampled(60, 0.5, 0.5)])
+    write_rows(runs[1], [sampled(0, 0.5, 0.75), sampled(60, 0.5, 0.5)])
+    monkeypatch.setattr(reeval, "reevaluate", lambda run, samples: {"success": 0.5, "first program": 0.5})
+    parts = [tmp_path / "a.json", tmp_path / "b.json"]
+    for run, part in zip(runs, parts, strict=True):
+        reeval.main([str(run), "--samples", "8", "--out", str(part)])
+    joined = tmp_path / "joined.json"
+    reeval.main(["--combine", *map(str, parts), "--out", str(joined)])
+    together = tmp_path / "together.json"
+    reeval.main([*map(str, runs), "--samples", "8", "--out", str(together)])
+    assert json.loads(joined.read_text())["summary"] == json.loads(together.read_text())["summary"]
+    assert json.loads(joined.read_text())["summary"]["gain from step 0"]["per_seed"] == [0.25, 0.0]
+    with pytest.raises(SystemExit, match="listed twice"):
+        reeval.main(["--combine", str(parts[0]), str(parts[0]), "--out", str(tmp_path / "twice.json")])
+    reeval.main([str(runs[0]), "--samples", "2", "--out", str(tmp_path / "c.json")])
+    with pytest.raises(SystemExit, match="different --samples"):
+        reeval.main(["--combine", str(parts[1]), str(tmp_path / "c.json"), "--out", str(tmp_path / "mixed.json")])
