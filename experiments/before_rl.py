@@ -1,9 +1,9 @@
 """What a code design's warm starts play like before RL: each seed's step-0 held-out readings, their mean and SE.
 
 Reads each run's step-0 evaluation row from `RUNS/code/seedS/ARM/metrics.jsonl` and writes, per reading, the per-seed
-values, mean and standard error: greedy and sampled success, the share of sampled episodes whose first program solves
-the task, what the second turn adds (sampled success minus that share), and the tester's first-turn shares (catch,
-credited, replies with a case the correct program fails).
+values, mean, standard error and 95% t interval (`learning.difference_summary`): greedy and sampled success, the share
+of sampled episodes whose first program solves the task, what the second turn adds (sampled success minus that share),
+and the tester's first-turn shares (catch, credited, replies with a case the correct program fails).
 
     .venv/bin/python experiments/before_rl.py --runs runs/code_nm --seeds 20 21 22 \\
         --out docs/results/some_folder/before_rl.json
@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import learning  # noqa: E402  (the harness's mean, SE and t interval, in the same folder)
 
 ARM = "at_grpo_catch_share"
 SAMPLED = "eval_sampled/"
@@ -59,17 +60,9 @@ def step0_row(runs: Path, seed: int, arm: str) -> dict:
     raise SystemExit(f"{path}: no step-0 evaluation row")
 
 
-def summary(values: Sequence[float]) -> dict:
-    return {
-        "per_seed": [round(v, 4) for v in values],
-        "mean": round(statistics.mean(values), 4),
-        "se": round(statistics.stdev(values) / math.sqrt(len(values)), 4),
-    }
-
-
 def before_rl(runs: Path, seeds: Sequence[int], arm: str) -> dict:
     rows = [step0_row(runs, seed, arm) for seed in seeds]
-    return {name: summary([read(row) for row in rows]) for name, read in READINGS.items()}
+    return {name: learning.difference_summary([read(row) for row in rows]) for name, read in READINGS.items()}
 
 
 def admitted(runs: Path, seeds: Sequence[int], arm: str, cost: float) -> list[int]:

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import learning  # noqa: E402  (the harness's t quantiles, in the same folder)
+import learning  # noqa: E402  (the harness's mean, SE and t interval, in the same folder)
 
 from verl_mas.local.config import CONFIG_FILE, read_config  # noqa: E402
 from verl_mas.local.evaluate import EvalConfig, evaluate  # noqa: E402
@@ -60,20 +58,6 @@ def reevaluate(run: Path, samples: int) -> dict[str, float]:
         report = evaluate(config, eval_config, None, log=lambda _: None)
     (first,) = [row for row in report.role_turns if row["role"] == "coder" and row["turn"] == 0]
     return {"success": report.success[config.env], "first program": first["team_reward"]}
-
-
-def summary(values: Sequence[float]) -> dict:
-    mean = statistics.mean(values)
-    if len(values) < 2:
-        return {"per_seed": [round(v, 4) for v in values], "mean": round(mean, 4)}
-    se = statistics.stdev(values) / math.sqrt(len(values))
-    half = learning.t_quantile_95(len(values) - 1) * se
-    return {
-        "per_seed": [round(v, 4) for v in values],
-        "mean": round(mean, 4),
-        "se": round(se, 4),
-        "ci95": [round(mean - half, 4), round(mean + half, 4)],
-    }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -128,7 +112,7 @@ def write_record(out: Path, command: str, samples: int, per_run: list[dict]) -> 
         "command": command,
         "samples": samples,
         "runs": per_run,
-        "summary": {key: summary([run[key] for run in per_run]) for key in readings},
+        "summary": {key: learning.difference_summary([run[key] for run in per_run]) for key in readings},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")

@@ -7,9 +7,10 @@ every stdin case out of it, and counts, per case position (the first and the sec
 second example), how often each field is the example's: the input's first integer, its second, the whole input, and
 the expected output. It also counts the cases the correct program fails (the expected output is not the task's own
 expression at the case's input, evaluated from our generated expression: no model-written code runs) and the replies
-holding at least one such case, which are what sends a right program to a second turn. The coder's first programs
-are sampled beside them and compared with the reference's expression, term by term. A model is a saved model folder
-(a warm start) or a run folder of the local engine, whose latest checkpoint is read. Trains nothing.
+holding at least one such case among their first two, which are what sends a right program to a second turn. The
+coder's first programs are sampled beside them and compared with the reference's expression, term by term. A model
+is a saved model folder (a warm start) or a run folder of the local engine, whose latest checkpoint is read. Trains
+nothing.
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/tester_copies.py runs/code_b128/code/seed30/warm_start_team \\
         --tasks 64 --samples 8 --out docs/results/some_folder/tester_copies.json
@@ -98,15 +99,13 @@ def read_reply(reading: ModelReading, reply: str, examples: Sequence[tuple[str, 
         counts = reading.by_position[position]
         example_input, example_output = examples[position]
         counts.cases += 1
-        shown, wanted = example_input.split(), integers(example_input) or []
-        written = integers(written_input)
-        counts.input += written_input.split() == shown
+        wanted, written = integers(example_input) or [], integers(written_input)
+        counts.input += written_input.split() == example_input.split()
         counts.output += written_output.strip() == example_output.strip()
-        if written and len(written) == len(wanted):
+        right = False
+        if written and len(written) == len(wanted):  # an input the task can read
             counts.first_integer += written[0] == wanted[0]
             counts.second_integer += len(written) > 1 and written[1] == wanted[1]
-        right = written is not None and len(written) == len(wanted)
-        if right:
             value = evaluate_expression(expression, dict(zip("ab", written, strict=False)))
             right = written_output.strip() == str(value)
         counts.right_for_its_input += right
@@ -135,8 +134,7 @@ def model_folder(path: str, scratch: Path) -> str:
         return path
     if not (run / CONFIG_FILE).is_file():
         raise SystemExit(f"{path}: neither a saved model folder nor a run folder with {CONFIG_FILE}")
-    out = scratch / f"model{len(list(scratch.iterdir()))}"
-    folders = export_policies(read_config(run / CONFIG_FILE), out, checkpoint=run, log=lambda _: None)
+    folders = export_policies(read_config(run / CONFIG_FILE), scratch / "model", checkpoint=run, log=lambda _: None)
     if len(folders) != 1:
         raise SystemExit(f"{path}: the run has {len(folders)} policies; this reads one shared model")
     return str(next(iter(folders.values())))
@@ -187,13 +185,16 @@ def shares(reading: ModelReading) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="+", help="saved model folders (warm starts or checkpoints)")
+    parser.add_argument("models", nargs="+", help="saved model folders (warm starts) or local-engine run folders")
     parser.add_argument("--tasks", type=int, default=64, help="held-out tasks (default: %(default)s)")
     parser.add_argument("--samples", type=int, default=8, help="replies a task and role (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="the sampler's seed (default: %(default)s)")
     parser.add_argument("--task-seed", type=int, default=0, help="which held-out tasks (default: %(default)s)")
     parser.add_argument("--out", type=Path, help="write the readings here as JSON")
     args = parser.parse_args(argv)
+    for name in ("tasks", "samples"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     results = []
     for path in args.models:
         reading = read_model(path, args.tasks, args.samples, args.seed, args.task_seed)
@@ -204,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {name}: {value:.3f}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        command = "python experiments/tester_copies.py " + " ".join(sys.argv[1:])
+        command = " ".join(["python", "experiments/tester_copies.py", *(argv if argv is not None else sys.argv[1:])])
         args.out.write_text(json.dumps({"command": command, "env_options": ENV_OPTIONS, "models": results}, indent=1))
     return 0
 

@@ -57,3 +57,11 @@ def test_a_program_is_read_by_the_expression_it_prints(copies):
 def test_a_folder_that_is_neither_a_model_nor_a_run_fails_naming_it(copies, tmp_path):
     with pytest.raises(SystemExit, match="neither a saved model folder nor a run folder"):
         copies.model_folder(str(tmp_path), tmp_path / "scratch")
+
+
+@pytest.mark.parametrize("flag", ["--tasks", "--samples"])
+def test_no_task_or_no_sample_fails_at_start_writing_nothing(copies, tmp_path, flag):
+    out = tmp_path / "out.json"
+    with pytest.raises(SystemExit):
+        copies.main([str(tmp_path), flag, "0", "--out", str(out)])
+    assert not out.exists()
