@@ -209,12 +209,16 @@ def paired_rows(runs: Runs) -> list[dict[str, Any]]:
 # first program solves (its first-turn team reward: solved after that move); what the second turn adds to that
 # (success minus it: fixes minus breaks, the only way the tester's cases move success); and, over the episodes that
 # reach a second turn, the share of its second-turn replies with no program that compiles (such a reply leaves the
-# first program standing). The split of success is read greedy and sampled, the other two greedy.
+# first program standing). The split of success and the second-turn replies are read greedy and sampled, the local
+# reward greedy.
 EVALUATIONS = ("eval", "eval_sampled")
 CODER_READINGS = (
     "eval/coder/turn0/local_reward",
-    *(f"{kind}/{name}" for kind in EVALUATIONS for name in ("coder/turn0/team_reward", "second_turn_adds")),
-    "eval/coder/turn1/invalid_move_share",
+    *(
+        f"{kind}/{name}"
+        for kind in EVALUATIONS
+        for name in ("coder/turn0/team_reward", "second_turn_adds", "coder/turn1/invalid_move_share")
+    ),
 )
 GAINED = ("eval/success", "eval_sampled/success", *CODER_READINGS)
 

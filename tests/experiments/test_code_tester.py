@@ -115,14 +115,17 @@ def test_each_arms_gain_is_paired_with_its_own_warm_start_per_seed(code_tester, 
 def test_the_coders_readings_are_gains_too(code_tester, tmp_path) -> None:
     before = {"step": 0, "eval/success": 0.5, "eval/coder/turn0/local_reward": 0.9}
     before["eval/coder/turn1/invalid_move_share"] = 0.25
+    before["eval_sampled/coder/turn1/invalid_move_share"] = 0.5
     after = {"step": 15, "eval/success": 0.75, "eval/coder/turn0/local_reward": 0.9}
     after["eval/coder/turn1/invalid_move_share"] = 1.0  # success rose with the first program unchanged
+    after["eval_sampled/coder/turn1/invalid_move_share"] = 0.375
     write_run(tmp_path, "at_grpo_catch_share", 0, [before, after])
     rows = {
         r["metric"]: r for r in code_tester.gain_rows(code_tester.Runs.read(tmp_path, ["at_grpo_catch_share"], [0]))
     }
     assert rows["eval/coder/turn0/local_reward"]["per_seed"] == pytest.approx([0.0])
     assert rows["eval/coder/turn1/invalid_move_share"]["per_seed"] == pytest.approx([0.75])
+    assert rows["eval_sampled/coder/turn1/invalid_move_share"]["per_seed"] == pytest.approx([-0.125])
     assert rows["eval/success"]["per_seed"] == pytest.approx([0.25])
 
 
