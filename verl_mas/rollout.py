@@ -6,9 +6,9 @@ import asyncio
 import dataclasses
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from verl_mas.env import INFRA_FAILURE, Message, MultiAgentEnv, StepResult, Task, make_env
 from verl_mas.offload import offloaded_steps, step_in_thread
@@ -90,10 +90,12 @@ class RolloutConfig:
 
 @dataclass
 class EpisodeResult:
-    """Everything one task's rollout produced. `error` is set when the environment raised."""
+    """Everything one task's rollout produced. `error` is set when the environment raised; `move_infos[i]` is the
+    environment's `StepResult.info` for the move of `samples[i]`."""
 
     task: Task
     samples: list[Sample] = field(default_factory=list)
+    move_infos: list[Mapping[str, Any]] = field(default_factory=list)
     success: bool = False
     turns: int = 0
     team_reward: float = 0.0
@@ -252,6 +254,7 @@ async def _tree_step(
         best = max(range(len(scores)), key=lambda i: (INFRA_FAILURE not in steps[i].info, scores[i], -i))
         for branch, (gen, step, reward) in enumerate(zip(candidates, steps, rewards, strict=True)):
             result.samples.append(_make_sample(task, req, turn, branch, gen, step, reward, branch == best))
+            result.move_infos.append(step.info)
             result.invalid_moves += int(not step.valid)
         best_states[req.role] = (branches[best], candidates[best].text)
     return best_states

@@ -9,7 +9,7 @@ import json
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -20,6 +20,7 @@ import torch
 from verl_mas.advantage import Grouping, registered_estimator
 from verl_mas.dataset import split_tasks
 from verl_mas.env import Task, make_env
+from verl_mas.local.callbacks import RunCallbacks, add_metrics
 from verl_mas.local.checkpoint import is_checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, RolloutMode, check_names, config_json
 from verl_mas.local.files import RunError, check_writable_dir, load_tensors, read_json, write_text_atomic
@@ -99,14 +100,20 @@ class LocalRun:
     """One local training run's state: models (or adapters), trainers, generators, and its output folder.
 
     With `checkpoint`, the tokenizer is read from it and no warm start runs: `load` then fills in the weights.
+    `callbacks` observe its rollouts, advantages and steps (`verl_mas.local.callbacks`).
     """
 
     def __init__(
-        self, config: LocalTrainConfig, log: Callable[[str], None] = print, checkpoint: Path | None = None
+        self,
+        config: LocalTrainConfig,
+        log: Callable[[str], None] = print,
+        checkpoint: Path | None = None,
+        callbacks: Sequence[RunCallbacks] = (),
     ) -> None:
         require_estimator()
         self.config = config
         self.log = log
+        self.callbacks = tuple(callbacks)
         self.out = Path(config.output_dir)
         self.device = resolve_device(config.device)
         random.seed(config.seed)
@@ -152,12 +159,19 @@ class LocalRun:
         """Success on the evaluation split: K = 1, greedy, independent rollouts; with `eval_samples`, also
         `eval_samples` sampled episodes per task under `eval_sampled/`."""
         tasks = make_tasks(self.config, "eval", 0, self.config.eval_tasks)
-        metrics = rollout_metrics(self.rollout(tasks, self.evaluator, 1, "tree"), prefix="eval")
+        metrics = self.rollout_metrics(self.rollout(tasks, self.evaluator, 1, "tree"), "eval")
         if self.config.eval_samples:
             self.sampled_evaluator.set_rng_state(self.sampled_evaluator_start)
             sampled = self.rollout(tasks, self.sampled_evaluator, self.config.eval_samples, "independent")
-            metrics |= rollout_metrics(sampled, prefix="eval_sampled")
+            metrics |= self.rollout_metrics(sampled, "eval_sampled")
         return metrics["eval/success"], metrics
+
+    def rollout_metrics(self, results: list[EpisodeResult], prefix: str) -> dict[str, float]:
+        """`rollout_metrics` of a recorded rollout, and what the callbacks' `rollout` events add to them."""
+        metrics = rollout_metrics(results, prefix=prefix)
+        for callback in self.callbacks:
+            add_metrics(metrics, callback.rollout(self, prefix, results), callback)
+        return metrics
 
     def train_step(self, step: int) -> dict[str, float]:
         config = self.config
@@ -174,13 +188,15 @@ class LocalRun:
         }
         rolled_out = [s for r in results for s in r.samples]
         samples = trainable(rolled_out)  # a sample the judge could not run is in no group and no update
-        metrics = rollout_metrics(results) | infra_failure_metrics(
+        metrics = self.rollout_metrics(results, "rollout") | infra_failure_metrics(
             len(rolled_out) - len(samples), len(rolled_out), config.max_infra_failure_share, "max_infra_failure_share"
         )
         if samples:
             started = time.perf_counter()
             advantages = self.advantages(samples)
             timing["time/advantage_s"] = time.perf_counter() - started
+            for callback in self.callbacks:
+                callback.advantages(self, step, samples, advantages)
             metrics |= self._update(samples, advantages, timing)
         timing["time/step_s"] = time.perf_counter() - step_started
         return metrics | timing
@@ -341,22 +357,28 @@ def resume_checkpoint(config: LocalTrainConfig, log: Callable[[str], None]) -> P
     return find_checkpoint(config.resume)
 
 
-def train(config: LocalTrainConfig, log: Callable[[str], None] = print) -> TrainSummary:
+def train(
+    config: LocalTrainConfig, log: Callable[[str], None] = print, callbacks: Sequence[RunCallbacks] = ()
+) -> TrainSummary:
     """Warm start (or resume), evaluate, run AT-GRPO steps up to `config.steps` (evaluating every `eval_every`,
-    checkpointing every `checkpoint_every` and at the end), and evaluate again."""
+    checkpointing every `checkpoint_every` and at the end), and evaluate again; `callbacks` see every event
+    (`verl_mas.local.callbacks`)."""
     check_writable_dir(Path(config.output_dir), "output_dir")
     checkpoint = resume_checkpoint(config, log)
     saved = saved_config(checkpoint) if checkpoint is not None else None
-    run = LocalRun(config, log, checkpoint)
+    run = LocalRun(config, log, checkpoint, callbacks)
+    start = 0
     if checkpoint is not None:
         start, history = run.load(checkpoint)
     # Only now is the run known to start: a failed resume leaves the run's folder as it was.
     run.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(run.out / CONFIG_FILE, config_json(config))
+    for callback in run.callbacks:
+        callback.started(run, start)
     if saved is None:
         before, before_metrics = run.evaluate()
         log(f"eval success before RL: {before:.3f}")
-        start, history = 0, [{"step": 0} | before_metrics]
+        history = [{"step": 0} | before_metrics]
     else:
         log(f"resumed from {checkpoint} at step {start}")
         current = json.loads(config_json(config))
@@ -374,6 +396,8 @@ def train(config: LocalTrainConfig, log: Callable[[str], None] = print) -> Train
                 started = time.perf_counter()
                 metrics |= run.evaluate()[1]
                 metrics["time/eval_s"] = time.perf_counter() - started
+            for callback in run.callbacks:
+                add_metrics(metrics, callback.step_end(run, step, metrics), callback)
             history.append(metrics)
             sink.add(metrics)
             if config.checkpoint_every and ((step + 1) % config.checkpoint_every == 0 or last):
