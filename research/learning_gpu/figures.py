@@ -25,6 +25,7 @@ def tables() -> dict[str, str]:
         summary = difference_summary([r["greedy"][-1][1] - r["greedy"][0][1] for r in chosen])
         changes.append(f"{method}: {summary_text(summary)} over {summary['n']} runs")
     return {
+        "headline": f"AT-GRPO, 5x5, change from the warm start: {changes[0].split(': ', 1)[1]}",
         "runs": markdown_table(lines),
         "changes": "Change from the warm start to the last reading, 5x5 runs: " + "; ".join(changes) + ".",
     }

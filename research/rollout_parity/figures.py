@@ -28,5 +28,6 @@ def tables() -> dict[str, str]:
         lines.append([metric, number(mean(local[s][metric] for s in steps)), number(mean(verl[s][metric] for s in steps)),
                       summary_text(summary)])
     return {
+        "headline": f"largest |verl - local| over {len(lines) - 1} per-step metrics: {largest:.1f} SE, n = {len(steps)} steps",
         "comparison": markdown_table(lines) + f"\n\nn = {len(steps)} steps; the largest |difference| is {largest:.1f} SE.",
     }

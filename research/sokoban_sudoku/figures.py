@@ -93,6 +93,7 @@ def tables() -> dict[str, str]:
     runs = read_runs(DATA / "runs.json")
     differences, levels = kl_tables(runs)
     regression = kl_difference(runs, "at_grpo_shared", "mas_no_rl", "greedy")
+    kl = kl_difference(runs, "at_grpo_shared_kl", "mas_no_rl", "greedy")
     return {
         "kl": differences,
         "kl_levels": levels,
@@ -101,4 +102,5 @@ def tables() -> dict[str, str]:
         "seed0": seed0_table(runs),
         "settings": settings_table(runs),
         "headline": f"AT-GRPO minus no RL on Sokoban, greedy after 40 steps: {summary_text(regression)}, n = {regression['n']} seeds",
+        "kl_headline": f"with the KL loss, minus no RL, greedy: {summary_text(kl)}, n = {kl['n']} seeds",
     }

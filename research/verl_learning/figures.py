@@ -99,5 +99,5 @@ def tables() -> dict[str, str]:
         "curve_shared": curve_table("shared"),
         "curve_per_role": curve_table("per_role"),
         "times": time_table(),
-        "headline": f"verl, `shared`, sampled change after 200 steps (one run): {summary_text(shared)}, n = 256 boards",
+        "headline": f"verl, shared model, sampled change after 200 steps (one run): {summary_text(shared)}, n = 256 boards",
     }
