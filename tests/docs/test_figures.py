@@ -1,6 +1,6 @@
-"""The README and the results quote the test suite and the default run as docs/results/test_suite.json and
-default_run.json record them (a doc or a record changed alone fails here), and benchmarks/default_run.py's check
-tells a run that matches its record from one that does not."""
+"""The README and the results quote the test suite and the default run as docs/test_suite.json and
+research/default_run/data/default_run.json record them (a doc or a record changed alone fails here), and the default
+run's recorder (research.default_run.default_run) tells a run that matches its record from one that does not."""
 
 from __future__ import annotations
 
@@ -9,26 +9,27 @@ import json
 from pathlib import Path
 
 import pytest
-from script_testkit import loaded_script
+
+from research.default_run import default_run as default_run_module
 
 REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "docs" / "results"
+SUITE = REPO / "docs" / "test_suite.json"
+DEFAULT_RUN = REPO / "research" / "default_run"
 
 
 @pytest.fixture(scope="module")
 def default_run():
-    with loaded_script("benchmarks/default_run.py", "default_run_benchmark") as module:
-        yield module
+    return default_run_module
 
 
 @pytest.fixture(scope="module")
 def suite() -> dict:
-    return json.loads((RESULTS / "test_suite.json").read_text())
+    return json.loads(SUITE.read_text())
 
 
 @pytest.fixture(scope="module")
 def default_record() -> dict:
-    return json.loads((RESULTS / "default_run.json").read_text())
+    return json.loads((DEFAULT_RUN / "data" / "default_run.json").read_text())
 
 
 def prose(path: str) -> str:
@@ -49,7 +50,7 @@ def test_readme_says_how_long_make_test_takes(default_run, suite):
     took = f"`make test` took {default_run.minutes(suite['wall_s'])}"
     quotes = [took, f"{suite['tests_passed']} passed", suite["date"]]
     missing = [quote for quote in quotes if quote not in text]
-    assert not missing, f"README.md does not say {missing} as docs/results/test_suite.json has it"
+    assert not missing, f"README.md does not say {missing} as docs/test_suite.json has it"
 
 
 def test_test_suite_record_says_what_it_measured(suite):
@@ -63,18 +64,18 @@ def test_readme_and_results_quote_the_default_runs_record(default_run, default_r
     headline, took = default_run.headline(default_record), default_run.minutes(default_record["wall_s"])
     for doc, quotes in (
         ("README.md", [f"`make run` took {took} on {default_record['date']}", headline]),
-        ("docs/results/README.md", [f"**{headline}**", took, default_record["date"]]),
+        ("docs/results.md", [f"**{headline}**", took, default_record["date"]]),
     ):
         missing = [quote for quote in quotes if quote not in prose(doc)]
-        assert not missing, f"{doc} does not say {missing} as docs/results/default_run.json has it"
+        assert not missing, f"{doc} does not say {missing} as research/default_run/data/default_run.json has it"
 
 
 def test_default_run_page_holds_the_records_tables(default_run, default_record):
-    page = (RESULTS / "default_run.md").read_text()
+    page = (DEFAULT_RUN / "README.md").read_text()
     tables = default_run.curve_table(default_record).splitlines() + default_run.time_table(default_record).splitlines()
     missing = [row for row in tables if row not in page]
-    assert not missing, f"default_run.md lacks these rows of `default_run.py show`: {missing}"
-    text = prose("docs/results/default_run.md")
+    assert not missing, f"research/default_run/README.md lacks these rows of `python -m research.default_run show`: {missing}"
+    text = prose("research/default_run/README.md")
     assert f"**{default_run.headline(default_record)}**" in text
     assert default_run.minutes(default_record["wall_s"]) in text and default_record["date"] in text
 
