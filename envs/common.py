@@ -1,8 +1,9 @@
 """What the built-in environments share: invalid-output reward, read limits, the split-keeping board draw, the
-sandboxed tool program, and the option checks (each error names its key and the value given)."""
+sandboxed tool program, the config built from options, and the option checks (each error names its key)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Mapping
@@ -20,6 +21,7 @@ MAX_GENERATION_ATTEMPTS = 10_000  # a board lands in the eval split with probabi
 READ_LIMIT_NOTE = f"Only the last {MAX_ANSWER_CHARS:,} characters of your reply are read."
 
 BoardT = TypeVar("BoardT")
+ConfigT = TypeVar("ConfigT")
 
 
 def draw_board(
@@ -74,6 +76,32 @@ def run_tool_program(code: str, stdin: str, time_limit_s: float) -> str | Unread
     return result.stdout
 
 
+def config_of(config_class: type[ConfigT], options: Mapping[str, Any]) -> ConfigT:
+    """An environment's frozen config from its options, `config_class(**options)`: an option that is no field of it
+    is a TypeError naming it and listing the options (`make_env` reports it as bad options for the environment)."""
+    _require_known(config_class, options)
+    return config_class(**options)
+
+
+def config_with(base: ConfigT, options: Mapping[str, Any]) -> ConfigT:
+    """`base` with `options` in place of its values (a task's options over the constructor's), checked as
+    `config_of` checks them."""
+    _require_known(type(base), options)
+    return dataclasses.replace(base, **options)
+
+
+def _require_known(config_class: type, options: Mapping[str, Any]) -> None:
+    names = sorted(field.name for field in dataclasses.fields(config_class))
+    unknown = [key for key in options if key not in names]
+    if unknown:
+        raise TypeError(f"unknown option {unknown[0]!r}; the options are {', '.join(names)}")
+
+
+def is_number(value: Any) -> bool:
+    """An int or a float, not a bool (which Python counts as an int)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def require_flags(config: Any, *keys: str) -> None:
     for key in keys:
         if not isinstance(getattr(config, key), bool):
@@ -90,7 +118,7 @@ def require_ints(config: Any, **minimums: int) -> None:
 def require_seconds(config: Any, *keys: str) -> None:
     for key in keys:
         seconds = getattr(config, key)
-        if not (isinstance(seconds, int | float) and not isinstance(seconds, bool) and 0 < seconds < math.inf):
+        if not (is_number(seconds) and 0 < seconds < math.inf):
             raise ValueError(f"{key} must be a positive finite number, got {seconds!r}")
 
 

@@ -1,8 +1,8 @@
 """The shape math and code share: a team acting in parallel on one problem per episode, with an immutable state.
 
-A subclass names its roles and the single agent's, builds its config from the constructor's options, and supplies
-the problem of a task, a fresh state, the prompts and `step`. Here: the config a task's options override, the
-workflow, reset/load, a clone that shares the (immutable) problem and state, `done` from the state's outcome, and
+A subclass names its roles and the single agent's, builds its config from the constructor's options (`config_of`),
+and supplies the problem of a task, a fresh state, the prompts and `step`. Here: the config a task's options override,
+the workflow, reset/load, a clone that shares the (immutable) problem and state, `done` from the state's outcome, and
 the observation as a system and a user message. Every step may block (programs in the sandbox, grading workers).
 """
 
@@ -12,10 +12,10 @@ import abc
 import functools
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from verl_mas.env import Message, MultiAgentEnv, Task, Workflow, split_of
+from verl_mas_envs.common import config_with
 
 
 class TeamConfig(Protocol):
@@ -74,7 +74,7 @@ class ProblemTeamEnv(MultiAgentEnv, Generic[ConfigT, ProblemT, StateT]):
 
     def reset(self, task: Task) -> None:
         try:
-            self.config = replace(self.base_config, **task.options)
+            self.config = config_with(self.base_config, task.options)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"bad {self.label} options in task {task.uid!r}: {exc}") from exc
         self.load(self._task_problem(self.config, task.seed, task.split))

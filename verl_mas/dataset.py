@@ -1,18 +1,18 @@
-"""Task datasets in verl's row format for any registered environment: writing parquet, reading parquet/jsonl."""
+"""verl rows of any registered environment's tasks, built here only: writing parquet, reading parquet/jsonl back."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from verl_mas.data_files import load_rows
 from verl_mas.env import MultiAgentEnv, Task, get_env_class, make_env
-from verl_mas.local.files import read_jsonl
 
 AGENT_NAME = "mas_agent"
 SPLITS = ("train", "eval")
@@ -50,14 +50,25 @@ def split_tasks(
 
 def task_rows(env_name: str, split: str, n: int, seed: int, options: Mapping[str, Any] | None = None) -> list[dict]:
     """`n` verl rows for `split` (see `verl_row`)."""
-    options = dict(options or {})
-    try:
-        options_json = json.dumps(options, sort_keys=True)
-    except TypeError as exc:
-        raise ValueError(f"options for {env_name!r} must be JSON-serialisable: {exc}") from exc
-    env = make_env(env_name, **options)
-    tasks = split_tasks(env_name, split, n, seed, options)
-    return [verl_row(env, task, options_json, index) for index, task in enumerate(tasks)]
+    return rows_of_tasks(split_tasks(env_name, split, n, seed, options))
+
+
+def rows_of_tasks(tasks: Sequence[Task]) -> list[dict]:
+    """The verl row of each task (see `verl_row`), its `index` the task's position: a task's uid is not written, it
+    reads back as `data_source/split/index`. Tasks with the options of the one before share its environment."""
+    rows: list[dict] = []
+    built: tuple[str, str, MultiAgentEnv] | None = None
+    for index, task in enumerate(tasks):
+        if task.split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {task.split!r}")
+        try:
+            options_json = json.dumps(task.options, sort_keys=True)
+        except TypeError as exc:
+            raise ValueError(f"options for {task.env!r} must be JSON-serialisable: {exc}") from exc
+        if built is None or built[:2] != (task.env, options_json):
+            built = (task.env, options_json, make_env(task.env, **task.options))
+        rows.append(verl_row(built[2], task, options_json, index))
+    return rows
 
 
 def verl_row(env: MultiAgentEnv, task: Task, options_json: str, index: int) -> dict:
@@ -128,30 +139,6 @@ def read_tasks(path: str | Path) -> list[Task]:
             checked_options.add(key)
         tasks.append(task)
     return tasks
-
-
-def rows_in_form(
-    path: str | Path, form: str, forms: Sequence[str], detect: Callable[[Any, str], str], label: str
-) -> tuple[list[Any], str]:
-    """The rows of a problem file and their form: `form`, or for "auto" the one `detect` reads from row 0; an
-    unknown form or an empty file is a ValueError naming it."""
-    if form not in forms:
-        raise ValueError(f"unknown {label} data form {form!r}; forms are {tuple(forms)}")
-    rows = load_rows(Path(path))
-    if not rows:
-        raise ValueError(f"{path}: no rows")
-    return rows, detect(rows[0], f"{path}: row 0") if form == "auto" else form
-
-
-def load_rows(path: Path) -> list[Any]:
-    """The raw rows of a parquet or jsonl file; a missing file, bad JSON line or unknown format names the file."""
-    if not path.is_file():
-        raise ValueError(f"{path}: no such dataset file")
-    if path.suffix == ".parquet":
-        return pq.read_table(path).to_pylist()
-    if path.suffix == ".jsonl":
-        return read_jsonl(path)
-    raise ValueError(f"{path}: unknown dataset format {path.suffix!r}; expected .parquet or .jsonl")
 
 
 def row_task(row: Any, where: str) -> Task:

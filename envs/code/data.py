@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from verl_mas.dataset import rows_in_form
+from verl_mas.data_files import rows_in_form
 
 from .cases import CallCase, CodeProblem, ScriptCase, StdinCase, TestCase
 

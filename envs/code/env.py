@@ -35,8 +35,6 @@ Tasks come from `verl_mas_envs.code.problems` (`source`, `source_options`, or `d
 
 from __future__ import annotations
 
-import ast
-import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -44,10 +42,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from verl_mas.env import INFRA_FAILURE, StepResult, register_env
-from verl_mas.env.replies import answer_part, extract_python
+from verl_mas.env.replies import extract_python
 from verl_mas_envs.common import (
     INVALID_OUTPUT_REWARD,
     READ_LIMIT_NOTE,
+    config_of,
+    is_number,
     require_flags,
     require_ints,
     require_problem_source,
@@ -56,16 +56,16 @@ from verl_mas_envs.common import (
 from verl_mas_envs.problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 
 from .cases import CallCase, CodeProblem, StdinCase, TestCase, literal_value
-from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge_each, judge_together
-from .mutants import mutants
+from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge_each
+from .judging import judged, judged_together, known_wrong_programs
 from .problems import brief_statement, check_options, file_problem, file_problems, task_problem
+from .tester_reply import TesterReply, read_tester_reply
 from .tester_reward import TESTER_REWARDS, TesterReward, Verdicts, tester_reward
 
 ROLES = ("coder", "tester")
 SINGLE_AGENT_ROLES = ("coder",)
 Outcome = Literal["playing", "passed", "submitted", "out_of_turns"]
 SHOWN_CHARS = 200  # of one input, expected or actual output in a mismatch
-_FENCED = re.compile(r"```[ \t]*(input|output)[ \t]*\n(.*?)```", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ class CodeConfig:
         if self.tester_reward not in TESTER_REWARDS:
             raise ValueError(f"tester_reward must be one of {TESTER_REWARDS}, got {self.tester_reward!r}")
         penalty = self.tester_case_penalty
-        if not (isinstance(penalty, int | float) and not isinstance(penalty, bool) and 0 <= penalty < math.inf):
+        if not (is_number(penalty) and 0 <= penalty < math.inf):
             raise ValueError(f"tester_case_penalty must be a finite number >= 0, got {penalty!r}")
 
     @property
@@ -147,16 +147,6 @@ class CodeState:
     outcome: Outcome = "playing"
 
 
-@dataclass(frozen=True)
-class TesterReply:
-    """The cases read from a tester's reply, and how many more it wrote that are not usable cases (`repeats`: those
-    of them that are well-formed cases of an input given earlier in the reply)."""
-
-    cases: tuple[TestCase, ...]
-    degenerate: int
-    repeats: tuple[TestCase, ...] = ()
-
-
 CODER_SYSTEM = (
     "You are the coder of a two-agent team solving a programming task. Your teammate, the tester, writes test cases "
     "for the same task. Each turn you both answer at once; from the second turn on, both of you see the latest "
@@ -184,7 +174,7 @@ SINGLE_SYSTEM = "Solve the programming task. Answer with the complete program in
 
 @register_env("code")
 class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
-    """Code for a coder and a tester (parallel), or the coder alone."""
+    """Code for a coder and a tester (parallel), or the coder alone; its options are `CodeConfig`'s."""
 
     label = "code"
     problem_source_options = frozenset({"source", "source_options", "data_file", "data_form", "file_split"})
@@ -192,10 +182,7 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
     single_agent_roles = SINGLE_AGENT_ROLES
 
     def __init__(self, **options: Any) -> None:
-        try:
-            config = CodeConfig(**options)
-        except TypeError as exc:
-            raise ValueError(f"code: {exc}") from exc
+        config = config_of(CodeConfig, options)
         super().__init__(config)
         _check_problems(config)
 
@@ -262,7 +249,7 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         source = extract_python(text)
         if source is None:
             return INVALID_OUTPUT_REWARD, False, {"error": "no ```python code block"}, state
-        results = _judged(self._program(source), self.problem.hidden, self.config.limits)
+        results = judged(self._program(source), self.problem.hidden, self.config.limits)
         if (why := infra_failure(results)) is not None:  # not the program's doing: no verdict, the state stays
             return 0.0, True, {INFRA_FAILURE: why}, state
         if any(r.status == "syntax_error" for r in results):
@@ -309,9 +296,9 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         trusted = (correct, *self._known_wrong()) if self.problem.reference is not None else ()
         written = [self._program(source) for source in (correct, *wrong) if source not in trusted]  # by the model
         limits = self.config.limits
-        judged = dict(zip(trusted, _judged_together(tuple(map(self._program, trusted)), cases, limits), strict=True))
-        judged |= dict(zip((p.source for p in written), judge_each(written, cases, limits, run=_judged), strict=True))
-        correct_results, *wrong_results = (judged[source] for source in (correct, *wrong))
+        by_source = dict(zip(trusted, judged_together(tuple(map(self._program, trusted)), cases, limits), strict=True))
+        by_source |= dict(zip((p.source for p in written), judge_each(written, cases, limits, run=judged), strict=True))
+        correct_results, *wrong_results = (by_source[source] for source in (correct, *wrong))
         for results in (correct_results, *wrong_results):
             if (why := infra_failure(results)) is not None:
                 return why
@@ -321,7 +308,7 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         return Verdicts(len(reply.cases), tuple(r.passed for r in correct_results), caught, len(wrong))
 
     def _known_wrong(self) -> tuple[str, ...]:
-        return _known_wrong(self.problem, self.config.wrong_programs, self.config.limits)
+        return known_wrong_programs(self.problem, self.config.wrong_programs, self.config.limits)
 
     def _complete_turn(self, state: CodeState) -> CodeState:
         turn = state.turn + 1
@@ -331,7 +318,7 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
             outcome: Outcome = "submitted" if program is not None else "playing"
             checked: tuple[CaseResult, ...] = ()
         else:
-            checked = _judged(self._program(program), cases, self.config.limits) if program and cases else ()
+            checked = judged(self._program(program), cases, self.config.limits) if program and cases else ()
             outcome = "passed" if checked and all(r.passed for r in checked) else "playing"
         if outcome == "playing" and turn >= self.config.max_turns:
             outcome = "out_of_turns"
@@ -404,90 +391,6 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         return [_mismatch(case, result) for case, result in failed[: self.config.shown_mismatches]]
 
 
-def read_tester_reply(text: str, problem: CodeProblem, limit: int) -> TesterReply:
-    """The tester's first `limit` cases; malformed and repeated ones are counted as degenerate."""
-    part = answer_part(text)
-    found: list[TestCase] = []
-    repeats: list[TestCase] = []
-    degenerate = 0
-    for case in _stdin_cases(part) if problem.style == "stdin" else _call_cases(part, problem.fn_name or ""):
-        if len(found) + degenerate >= limit:
-            break
-        if case is None or _empty(case):
-            degenerate += 1
-        elif any(_same_input(case, seen) for seen in found):
-            degenerate += 1
-            repeats.append(case)
-        else:
-            found.append(case)
-    return TesterReply(tuple(found), degenerate, tuple(repeats))
-
-
-def _stdin_cases(part: str) -> list[StdinCase | None]:
-    blocks = [(match.group(1), match.group(2)) for match in _FENCED.finditer(part)]
-    cases: list[StdinCase | None] = []
-    index = 0
-    while index < len(blocks):
-        kind, body = blocks[index]
-        if kind == "input" and index + 1 < len(blocks) and blocks[index + 1][0] == "output":
-            cases.append(StdinCase(body, blocks[index + 1][1]))
-            index += 2
-        else:
-            cases.append(None)  # an input without its output, or an output without its input
-            index += 1
-    return cases
-
-
-def _call_cases(part: str, fn_name: str) -> list[CallCase | None]:
-    source = extract_python(part) or part
-    cases: list[CallCase | None] = []
-    for line in source.splitlines():
-        if line.strip().startswith("assert"):
-            cases.append(_call_case(line.strip(), fn_name))
-    return cases
-
-
-def _call_case(line: str, fn_name: str) -> CallCase | None:
-    """`assert f(args) == value` (or `value == f(args)`, `assert f(args)`, `assert not f(args)`) as a case."""
-    try:
-        test = ast.parse(line, mode="exec").body[0]
-    except (SyntaxError, ValueError, RecursionError, MemoryError, IndexError):
-        return None
-    if not isinstance(test, ast.Assert):
-        return None
-    expression, expected = test.test, "True"
-    if isinstance(expression, ast.UnaryOp) and isinstance(expression.op, ast.Not):
-        expression, expected = expression.operand, "False"
-    elif isinstance(expression, ast.Compare) and len(expression.ops) == 1 and isinstance(expression.ops[0], ast.Eq):
-        left, right = expression.left, expression.comparators[0]
-        expression, value = (left, right) if _calls(left, fn_name) else (right, left)
-        expected = ast.unparse(value)
-    if not _calls(expression, fn_name):
-        return None
-    assert isinstance(expression, ast.Call)
-    arguments = [ast.unparse(a) for a in expression.args] + [
-        f"{k.arg}={ast.unparse(k.value)}" for k in expression.keywords
-    ]
-    try:
-        return CallCase(", ".join(arguments), expected)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _calls(node: ast.expr, fn_name: str) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == fn_name
-
-
-def _same_input(case: TestCase, other: TestCase) -> bool:
-    if isinstance(case, StdinCase) and isinstance(other, StdinCase):
-        return case.input.split() == other.input.split()
-    return isinstance(case, CallCase) and isinstance(other, CallCase) and case.args == other.args
-
-
-def _empty(case: TestCase) -> bool:
-    return isinstance(case, StdinCase) and not case.input.strip() and not case.expected.strip()
-
-
 def _mismatch(case: TestCase, result: CaseResult) -> Mismatch:
     if isinstance(case, StdinCase):
         shown, expected = case.input, case.expected
@@ -530,71 +433,6 @@ def _off_by_one(case: TestCase) -> str | None:
         if isinstance(value, int) and not isinstance(value, bool):
             return repr(value + 1)
     return None
-
-
-class _NotJudged(Exception):
-    """The judge could not run a program: raised through the cache so that the failure is not remembered."""
-
-    def __init__(self, results: tuple[tuple[CaseResult, ...], ...]) -> None:
-        super().__init__("the judge could not run a program")
-        self.results = results
-
-
-def _judged(program: Program, cases: tuple[TestCase, ...], limits: JudgeLimits) -> tuple[CaseResult, ...]:
-    """One program's verdicts, through `_judged_together`'s cache."""
-    return _judged_together((program,), cases, limits)[0]
-
-
-def _judged_together(
-    programs: tuple[Program, ...], cases: tuple[TestCase, ...], limits: JudgeLimits
-) -> tuple[tuple[CaseResult, ...], ...]:
-    """`judge_together` (several programs: only a task's trusted ones), cached. Judging is deterministic given its
-    inputs: the rollout's replay of a chosen move then costs no sandbox run. A run the judge could not make is not
-    cached: the next call tries again."""
-    if not programs:
-        return ()
-    try:
-        return _judged_and_cached(programs, cases, limits)
-    except _NotJudged as failed:
-        return failed.results
-
-
-@functools.lru_cache(maxsize=1024)
-def _judged_and_cached(
-    programs: tuple[Program, ...], cases: tuple[TestCase, ...], limits: JudgeLimits
-) -> tuple[tuple[CaseResult, ...], ...]:
-    results = tuple(judge_together(programs, cases, limits))
-    if any(infra_failure(one) is not None for one in results):
-        raise _NotJudged(results)
-    return results
-
-
-@functools.lru_cache(maxsize=256)
-def _known_wrong(problem: CodeProblem, count: int, limits: JudgeLimits) -> tuple[str, ...]:
-    """The task's wrong programs and up to `count` mutants of its reference that fail some hidden case (a mutant the
-    judge could not run is not known to fail), none of them the same program as an earlier one written otherwise: a
-    program counted twice would count twice in the tester's catch share."""
-    found = list(problem.wrong)
-    if problem.reference is not None and count:
-        candidates = mutants(problem.reference, count * 3, problem.uid)
-        programs = [Program.for_problem(problem, source) for source in candidates]
-        seen = {_program_form(source) for source in found}
-        for source, results in zip(candidates, judge_together(programs, problem.hidden, limits), strict=True):
-            fails = not all(r.passed for r in results) and infra_failure(results) is None
-            form = _program_form(source)
-            if len(found) - len(problem.wrong) < count and fails and form not in seen:
-                found.append(source)
-                seen.add(form)
-    return tuple(found)
-
-
-def _program_form(source: str) -> str:
-    """The program as its syntax tree (layout, comments and quotes left out); its stripped text when it does not
-    parse."""
-    try:
-        return ast.dump(ast.parse(source))
-    except (SyntaxError, ValueError):
-        return source.strip()
 
 
 def _check_problems(config: CodeConfig) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from verl_mas.dataset import rows_in_form
+from verl_mas.data_files import rows_in_form
 
 Form = Literal["auto", "problem_answer", "aime", "olympiadbench", "prompt_ground_truth"]
 FORMS: tuple[Form, ...] = ("auto", "problem_answer", "aime", "olympiadbench", "prompt_ground_truth")

@@ -23,21 +23,20 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from verl_mas.env import register_env
-from verl_mas_envs.common import draw_board
+from verl_mas_envs.common import config_of, draw_board, is_number
 
 from .grid import (
     Cell,
     GridConfig,
     GridPuzzleEnv,
     IllegalMove,
-    ProgressReward,
     bfs_distances,
     parse_grid_text,
     shift,
 )
-from .toolplan import ToolMode
 
 WALL, FLOOR, AGENT, GOAL = "#", ".", "A", "G"
 
@@ -81,7 +80,8 @@ class PlanPathConfig(GridConfig):
         super().__post_init__()
         if not (isinstance(self.size, int) and self.size >= 2):
             raise ValueError(f"plan_path size must be an int >= 2, got {self.size!r}")
-        if not 0.0 <= self.wall_ratio < 1.0 or round(self.wall_ratio * self.size**2) > self.size**2 - 2:
+        ratio = self.wall_ratio
+        if not (is_number(ratio) and 0.0 <= ratio < 1.0) or round(ratio * self.size**2) > self.size**2 - 2:
             raise ValueError(f"plan_path wall_ratio must leave two free cells, got {self.wall_ratio!r}")
 
 
@@ -135,7 +135,7 @@ def _candidate(rng: random.Random, config: PlanPathConfig) -> PlanPathBoard | No
 
 @register_env("plan_path")
 class PlanPathEnv(GridPuzzleEnv[PlanPathConfig, PlanPathBoard, Cell]):
-    """Plan-Path for a tool agent and a plan agent (sequential)."""
+    """Plan-Path for a tool agent and a plan agent (sequential); its options are `PlanPathConfig`'s."""
 
     rules = (
         "Plan-Path: move the agent A to the goal G. Walls # block the way and the agent cannot leave the grid; "
@@ -144,29 +144,8 @@ class PlanPathEnv(GridPuzzleEnv[PlanPathConfig, PlanPathBoard, Cell]):
     legend = "A = agent, G = goal, # = wall, . = free cell. U = row - 1, D = row + 1, L = column - 1, R = column + 1."
     expert_program = EXPERT_PROGRAM
 
-    def __init__(
-        self,
-        size: int = 10,
-        wall_ratio: float = 0.22,
-        tool_mode: ToolMode = "code",
-        max_turns: int = 5,
-        code_time_limit_s: float = 5.0,
-        single_agent: bool = False,
-        brief_prompts: bool = False,
-        progress_reward: ProgressReward = "fraction",
-    ) -> None:
-        super().__init__(
-            PlanPathConfig(
-                tool_mode=tool_mode,
-                max_turns=max_turns,
-                code_time_limit_s=code_time_limit_s,
-                single_agent=single_agent,
-                brief_prompts=brief_prompts,
-                progress_reward=progress_reward,
-                size=size,
-                wall_ratio=wall_ratio,
-            )
-        )
+    def __init__(self, **options: Any) -> None:
+        super().__init__(config_of(PlanPathConfig, options))
 
     def generate_board(self, seed: int, split: str) -> PlanPathBoard:
         return generate_board(seed, split, self.config)

@@ -34,10 +34,10 @@ import random
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from verl_mas.env import register_env
-from verl_mas_envs.common import draw_board
+from verl_mas_envs.common import config_of, draw_board, is_number, require_ints
 
 from .grid import (
     MOVES,
@@ -45,12 +45,10 @@ from .grid import (
     GridConfig,
     GridPuzzleEnv,
     IllegalMove,
-    ProgressReward,
     bfs_distances,
     parse_grid_text,
     shift,
 )
-from .toolplan import ToolMode
 
 WALL, FLOOR, GOAL, BOX, BOX_ON_GOAL, PLAYER, PLAYER_ON_GOAL = "#", "_", ".", "$", "*", "@", "+"
 
@@ -124,8 +122,9 @@ class SokobanConfig(GridConfig):
         most = (self.size - 2) ** 2 // 2
         if not (isinstance(self.boxes, int) and 1 <= self.boxes <= most):
             raise ValueError(f"sokoban boxes must be an int in [1, {most}] for size {self.size}, got {self.boxes!r}")
-        if not 0.0 <= self.wall_ratio < 1.0:
+        if not (is_number(self.wall_ratio) and 0.0 <= self.wall_ratio < 1.0):
             raise ValueError(f"sokoban wall_ratio must be in [0, 1), got {self.wall_ratio!r}")
+        require_ints(self, max_solver_states=1)
 
 
 @dataclass(frozen=True)
@@ -225,7 +224,7 @@ def _candidate(rng: random.Random, config: SokobanConfig) -> SokobanBoard | None
 
 @register_env("sokoban")
 class SokobanEnv(GridPuzzleEnv[SokobanConfig, SokobanBoard, SokobanPosition]):
-    """Sokoban for a tool agent and a plan agent (sequential)."""
+    """Sokoban for a tool agent and a plan agent (sequential); its options are `SokobanConfig`'s."""
 
     rules = (
         "Sokoban: you are the player @ and must push every box $ onto a goal (.). Each move walks one cell; "
@@ -240,33 +239,8 @@ class SokobanEnv(GridPuzzleEnv[SokobanConfig, SokobanBoard, SokobanPosition]):
     )
     expert_program = EXPERT_PROGRAM
 
-    def __init__(
-        self,
-        size: int = 6,
-        boxes: int = 1,
-        wall_ratio: float = 0.1,
-        max_solver_states: int = 200_000,
-        tool_mode: ToolMode = "code",
-        max_turns: int = 5,
-        code_time_limit_s: float = 5.0,
-        single_agent: bool = False,
-        brief_prompts: bool = False,
-        progress_reward: ProgressReward = "fraction",
-    ) -> None:
-        super().__init__(
-            SokobanConfig(
-                tool_mode=tool_mode,
-                max_turns=max_turns,
-                code_time_limit_s=code_time_limit_s,
-                single_agent=single_agent,
-                brief_prompts=brief_prompts,
-                progress_reward=progress_reward,
-                size=size,
-                boxes=boxes,
-                wall_ratio=wall_ratio,
-                max_solver_states=max_solver_states,
-            )
-        )
+    def __init__(self, **options: Any) -> None:
+        super().__init__(config_of(SokobanConfig, options))
 
     def generate_board(self, seed: int, split: str) -> SokobanBoard:
         return generate_board(seed, split, self.config)

@@ -23,9 +23,10 @@ The tool's move never changes the shared board, so its team reward is the board'
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from verl_mas.env import register_env
-from verl_mas_envs.common import READ_LIMIT_NOTE, Unreadable
+from verl_mas_envs.common import READ_LIMIT_NOTE, Unreadable, config_of
 
 from .sudoku_grid import (
     SIZES,
@@ -39,7 +40,7 @@ from .sudoku_grid import (
     render_grid,
     stdin_text,
 )
-from .toolplan import EpisodeState, Move, ToolMode, ToolPlanConfig, ToolPlanEnv
+from .toolplan import EpisodeState, Move, ToolPlanConfig, ToolPlanEnv
 
 DEFAULT_CLUES = {4: 6, 9: 30}
 VIOLATION_PENALTY = 0.25
@@ -116,33 +117,14 @@ class SudokuState(EpisodeState):
 
 @register_env("sudoku")
 class SudokuEnv(ToolPlanEnv[SudokuConfig, SudokuBoard, SudokuState, Board]):
-    """A Sudoku board shared by a tool agent (proposes) and a plan agent (commits)."""
+    """A Sudoku board shared by a tool agent (proposes) and a plan agent (commits); its options are `SudokuConfig`'s."""
 
     expert_program = EXPERT_PROGRAM
     answer_noun = "grid"
     puzzle_noun = "Sudoku"
 
-    def __init__(
-        self,
-        size: int = 4,
-        clues: int | None = None,
-        tool_mode: ToolMode = "code",
-        max_turns: int = 5,
-        code_time_limit_s: float = 5.0,
-        single_agent: bool = False,
-        brief_prompts: bool = False,
-    ) -> None:
-        super().__init__(
-            SudokuConfig(
-                tool_mode=tool_mode,
-                max_turns=max_turns,
-                code_time_limit_s=code_time_limit_s,
-                single_agent=single_agent,
-                brief_prompts=brief_prompts,
-                size=size,
-                clues=clues,
-            )
-        )
+    def __init__(self, **options: Any) -> None:
+        super().__init__(config_of(SudokuConfig, options))
 
     # --- ToolPlanEnv --------------------------------------------------------------------------------------------
 

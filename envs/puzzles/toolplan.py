@@ -32,6 +32,7 @@ from verl_mas_envs.common import (
     INVALID_OUTPUT_REWARD,
     SHOWN_OUTPUT_CHARS,
     Unreadable,
+    config_with,
     require_flags,
     require_ints,
     require_seconds,
@@ -188,7 +189,7 @@ class ToolPlanEnv(MultiAgentEnv, Generic[C, BoardT, S, A]):
 
     def reset(self, task: Task) -> None:
         try:
-            self.config = replace(self.base_config, **task.options)
+            self.config = config_with(self.base_config, task.options)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"bad {self.name} options in task {task.uid!r}: {exc}") from exc
         self.load(self.generate_board(task.seed, task.split))

@@ -9,13 +9,11 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from verl_mas.data_files import UnreadableFile
+
 
 class RunError(RuntimeError):
     """A run that cannot go on for a reason the user can act on (the CLI prints it as one paragraph)."""
-
-
-class UnreadableFile(ValueError):
-    """A file a run needs is missing, empty, truncated or not of its format; the message names it."""
 
 
 def read_json(path: Path) -> Any:
@@ -25,23 +23,6 @@ def read_json(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise UnreadableFile(f"{path} is not valid JSON ({_what_is_wrong(text, error)})") from error
-
-
-def read_jsonl(path: Path) -> list[Any]:
-    """The JSON value of each non-blank line of `path`, in order.
-
-    Raises:
-        UnreadableFile: a line is not JSON; the message names the file, the row and the line.
-    """
-    rows = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise UnreadableFile(f"{path}: row {len(rows)} (line {number}): not JSON: {error}") from error
-    return rows
 
 
 def load_tensors(path: Path) -> Any:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from verl_mas.local.files import read_jsonl
+from verl_mas.data_files import read_jsonl
 
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tb"

@@ -17,15 +17,17 @@ from hypothesis import strategies as st
 
 from verl_mas import cli
 from verl_mas.advantage import registered_estimator
-from verl_mas.dataset import load_rows, read_tasks
+from verl_mas.data_files import load_rows
+from verl_mas.dataset import read_tasks
 from verl_mas.env import Task, make_env
 from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_tasks
 from verl_mas.router import PolicyRouter
 from verl_mas_envs.code import judge as code_judge
 from verl_mas_envs.code import problems as code_problems
 from verl_mas_envs.code.cases import CallCase, CodeProblem, StdinCase
-from verl_mas_envs.code.env import CodeEnv, read_tester_reply
+from verl_mas_envs.code.env import CodeEnv
 from verl_mas_envs.code.judge import Program, judge
+from verl_mas_envs.code.tester_reply import read_tester_reply
 
 ADDER = "a, b = map(int, input().split())\nprint(a + b)\n"
 SUBTRACTER = "a, b = map(int, input().split())\nprint(a - b)\n"

@@ -13,12 +13,12 @@ import reasoning_gym
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from verl_mas.dataset import row_task
+from verl_mas.dataset import row_task, rows_of_tasks
 from verl_mas.env import CheckSettings, Task, check_env, split_of
 from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_task
 from verl_mas.router import PolicyRouter
 from verl_mas_envs.math.data import MathProblem
-from verl_mas_envs.math.env import MathEnv, arithmetic_expression, problem_rows
+from verl_mas_envs.math.env import MathEnv, arithmetic_expression, problem_tasks
 from verl_mas_envs.math.grading import grade_answer
 from verl_mas_envs.puzzles.toolplan import INVALID_OUTPUT_REWARD
 
@@ -301,9 +301,14 @@ def test_a_file_too_small_to_split_fails_at_construction(tmp_path: Path) -> None
         MathEnv(data_file=str(write_problem_file(tmp_path / "two.jsonl", 2)))
 
 
-def test_problem_rows_rebuild_their_task_from_the_row_alone() -> None:
+def test_problem_tasks_rebuild_their_task_from_the_row_alone() -> None:
     problems = [TENTHS, MathProblem("What is 2 + 2?", "4")]
-    rows = problem_rows(problems, "eval", {"max_turns": 2, "brief_prompts": True})
+    tasks = problem_tasks(problems, "eval", {"max_turns": 2, "brief_prompts": True})
+    assert [(t.seed, t.split, t.options["problem"]) for t in tasks] == [
+        (0, "eval", TENTHS.problem),
+        (1, "eval", "What is 2 + 2?"),
+    ]
+    rows = rows_of_tasks(tasks)
     assert len(rows) == 2
     for number, (row, problem) in enumerate(zip(rows, problems, strict=True)):
         task = row_task(row, f"row {number}")  # what every verl worker does with its row
@@ -313,7 +318,7 @@ def test_problem_rows_rebuild_their_task_from_the_row_alone() -> None:
         assert env.problem == problem and env.config.max_turns == 2
         assert env.observe("reasoner") == row["prompt"]
     with pytest.raises(ValueError, match="split"):
-        problem_rows(problems, "test")
+        rows_of_tasks(problem_tasks(problems, "test"))
 
 
 def test_expert_rollout_through_the_tree_rollout() -> None:
