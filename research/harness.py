@@ -1,4 +1,5 @@
-"""The project's small version of the paper's table: held-out success of five training methods per env and seed."""
+"""The learning harness: one warm start per (env, seed, team or single agent), every method's run from it, and the
+table of held-out success (greedy and sampled) before and after RL, with paired differences; studies import it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from typing import Any
 import torch
 from transformers.utils import logging as transformers_logging
 
+from research.stats import difference_summary, interval_text, markdown_table, mean_se_text
+from verl_mas.local.callbacks import RunCallbacks
 from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, WarmStartConfig, config_json, read_config
 from verl_mas.local.presets import apply_train_overrides, resolve_train_config
 from verl_mas.local.reporting import read_metrics
@@ -30,7 +33,7 @@ from verl_mas.local.warm_start import warm_start_env_options
 from verl_mas.overrides import parse_overrides
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO / "runs" / "learning"  # raw runs stay out of git; copy a table into docs/results by hand
+DEFAULT_OUT = REPO / "runs" / "learning"  # raw runs stay out of git; a study keeps what its page needs in data/
 RESULTS_FILE = "learning.json"
 WARM_START_KEY_FILE = "warm_start_key.json"
 # Small boards and compact tool mode (the tool agent proposes moves instead of writing programs); the grid envs also
@@ -108,7 +111,7 @@ METHODS: dict[str, Method] = {
         True,
         {"router": "shared", "rollout_mode": "tree", "grouping": "task"},
     ),
-    # the grouping ablation's other arms (experiments/grouping.py); not in the paper's table, so not run by default
+    # the grouping ablation's other arms (research.grouping); not in the paper's table, so not run by default
     "at_grpo_task_role": Method(
         "two agents, AT-GRPO tree, groups per (task, role): per-agent normalisation, one shared model",
         True,
@@ -128,7 +131,7 @@ METHODS: dict[str, Method] = {
         True,
         {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn", "update": {"use_kl_loss": True}},
     ),
-    # the code tester's reward rules (docs/code.md; experiments/code_tester.py): at_grpo_shared with one or the other
+    # the code tester's reward rules (docs/code.md; research.code_tester): at_grpo_shared with one or the other
     "at_grpo_credit_share": Method(
         "two agents, AT-GRPO tree, groups per (task, role, turn), one shared model; the code tester earns the share "
         "of its cases that a correct program passes and some known-wrong program fails (tester_reward=credit_share)",
@@ -156,9 +159,6 @@ METHODS: dict[str, Method] = {
 }
 # The paper's table: what runs without --methods.
 DEFAULT_METHODS = ("mas_no_rl", "single_grpo", "at_grpo_shared", "at_grpo_per_role", "mas_grpo_task")
-# Two-sided 95% quantiles of Student's t by degrees of freedom (1-30); beyond 30, the normal's 1.96 (within 2%).
-T_95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131)
-T_95 += (2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 @dataclass
@@ -369,13 +369,16 @@ def run_record(config: LocalTrainConfig, name: str, history: list[dict[str, Any]
     return record
 
 
-def run_method(config: LocalTrainConfig, name: str, warm: WarmStart) -> RunRecord:
-    """train() the method's config from the saved warm start; an exception becomes the record's error."""
+def run_method(
+    config: LocalTrainConfig, name: str, warm: WarmStart, callbacks: Sequence[RunCallbacks] = ()
+) -> RunRecord:
+    """train() the method's config from the saved warm start, with `callbacks`; an exception becomes the record's
+    error."""
     if warm.error:
         return RunRecord(config.env, name, config.seed, config.output_dir, error=f"warm start failed: {warm.error}")
     started = time.perf_counter()
     try:
-        summary = train(config, log=prefixed_log(config.env, config.seed, name))
+        summary = train(config, log=prefixed_log(config.env, config.seed, name), callbacks=callbacks)
     except Exception as exc:  # reported in the table; the other runs go on
         traceback.print_exc()
         wall_s = time.perf_counter() - started
@@ -437,11 +440,6 @@ def summarize(records: list[RunRecord]) -> list[dict[str, Any]]:
     return rows
 
 
-def t_quantile_95(df: int) -> float:
-    """The two-sided 95% quantile of Student's t with `df` degrees of freedom (>= 1)."""
-    return T_95[df - 1] if df <= len(T_95) else 1.96
-
-
 def paired_differences(records: list[RunRecord], baseline: str) -> list[dict[str, Any]]:
     """Per (env, method other than `baseline`): after minus the baseline's after on the same seed, greedy and sampled,
     over the seeds where both finished. Two team arms of a seed share its warm start (and so their `before`), so for
@@ -461,44 +459,6 @@ def paired_differences(records: list[RunRecord], baseline: str) -> list[dict[str
             row[name] = difference_summary([value(a) - value(b) for a, b in usable])
         rows.append(row)
     return rows
-
-
-def difference_summary(differences: list[float]) -> dict[str, Any]:
-    """Mean, standard error and 95% t interval of paired differences (None where n is too small)."""
-    n = len(differences)
-    mean = statistics.fmean(differences) if n else None
-    se = statistics.stdev(differences) / n**0.5 if n > 1 else None
-    half = t_quantile_95(n - 1) * se if se is not None else None
-    return {
-        "n": n,
-        "per_seed": differences,
-        "mean": mean,
-        "se": se,
-        "ci95": [mean - half, mean + half] if half is not None else None,
-    }
-
-
-def number(value: float | None, signed: bool = False) -> str:
-    """`value` to three decimals (with its sign when `signed`), or "-" for a figure that is missing."""
-    return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
-
-
-def interval_text(ci95: Sequence[float] | None) -> str:
-    """A 95% interval as "[low, high]", or "-" for none."""
-    return "-" if ci95 is None else f"[{ci95[0]:+.3f}, {ci95[1]:+.3f}]"
-
-
-def mean_se_text(mean: float | None, se: float | None) -> str:
-    """ "mean (SE)", the SE left out where there is none; "-" without a mean."""
-    return number(mean, signed=True) + (f" ({number(se)})" if mean is not None and se is not None else "")
-
-
-def summary_text(summary: dict[str, Any]) -> str:
-    """A `difference_summary` as "mean (SE) [95% interval]", leaving out what it lacks; "-" without a mean."""
-    if summary["mean"] is None:
-        return "-"
-    ci = summary["ci95"]
-    return mean_se_text(summary["mean"], summary["se"]) + (f" {interval_text(ci)}" if ci else "")
 
 
 def paired_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
@@ -546,12 +506,6 @@ def table_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
 def aligned(lines: list[list[str]]) -> str:
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in lines)
-
-
-def markdown_table(lines: list[list[str]]) -> str:
-    escaped = [[cell.replace("|", "\\|") for cell in line] for line in lines]
-    rows = ["| " + " | ".join(line) + " |" for line in escaped]
-    return "\n".join([rows[0], "|" + "---|" * len(lines[0]), *rows[1:]])
 
 
 def plot_env(env: str, records: list[RunRecord], steps: int, path: Path) -> None:
@@ -619,7 +573,7 @@ def write_markdown(path: Path, out: Path, report: dict[str, Any], lines: list[li
     text = [
         "# Learning: held-out success per method",
         "",
-        f"Written by `experiments/learning.py` on {report['date']} ({report['machine']}).",
+        f"Written by the learning harness (`research/harness.py`) on {report['date']} ({report['machine']}).",
         "",
         "```",
         report["command"],
@@ -681,30 +635,6 @@ def paired_section(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--envs", nargs="+", default=list(ENV_OPTIONS), help="environments (default: %(default)s)")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0], help="seeds (default: 0)")
-    parser.add_argument("--steps", type=int, help="RL steps of every method (default: the config's steps)")
-    parser.add_argument(
-        "--methods", nargs="+", choices=list(METHODS), default=list(DEFAULT_METHODS), help="default: %(default)s"
-    )
-    parser.add_argument(
-        "--baseline",
-        choices=list(METHODS),
-        help="also report every other method's paired difference from this one (same seed), with 95%% intervals",
-    )
-    parser.add_argument("--preset", nargs="+", default=["default"], help="training presets, applied in order")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output folder; the report goes to OUT.md")
-    parser.add_argument(
-        "--collect",
-        action="store_true",
-        help="train nothing: report the runs this command saved under OUT, those stopped early with their last eval",
-    )
-    parser.add_argument("overrides", nargs="*", help="key=value training-config overrides (as for verl-mas train)")
-    return parse_with_overrides(parser, argv)
-
-
 def parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """`parser`'s arguments, with the key=value items as `overrides` and the whole command line as `argv`. The
     key=value items are taken out first, so that they may follow a flag of several values such as --envs."""
@@ -715,40 +645,58 @@ def parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str] | None
     return args
 
 
-def main(argv: list[str] | None = None, command: list[str] | None = None) -> list[RunRecord]:
-    """Train (or --collect) and report; returns the records. `command`: the command line the report names, when
-    another experiment runs this one in its own process (grouping.py); by default this script and `argv`."""
-    args = parse_args(argv)
-    args.command = command or ["python", str(Path(__file__).resolve().relative_to(REPO)), *args.argv]
+@dataclass(frozen=True)
+class Plan:
+    """What one invocation trains (or, with `collect`, reads back) and reports: envs x seeds x methods into `out`.
+
+    `overrides` are key=value training overrides (as for `verl-mas train`); `command` is the command line the report
+    names; `baseline` adds every other method's paired difference from it."""
+
+    envs: Sequence[str]
+    seeds: Sequence[int]
+    methods: Sequence[str]
+    out: Path
+    command: Sequence[str]
+    steps: int | None = None
+    presets: Sequence[str] = ("default",)
+    overrides: Sequence[str] = ()
+    baseline: str | None = None
+    collect: bool = False
+
+
+def run_plan(plan: Plan, callbacks: Sequence[RunCallbacks] = ()) -> list[RunRecord]:
+    """Train every (env, seed, method) of `plan` (or --collect them) and write the report; returns the records.
+    `callbacks` go to every run's `train` (`verl_mas.local.callbacks`)."""
     transformers_logging.disable_progress_bar()  # no bars for saving and loading the warm-started models
-    overrides = parse_overrides(args.overrides)
+    overrides = parse_overrides(list(plan.overrides))
     taken = [key for key in SCRIPT_KEYS if key in overrides]
     taken += ["env_options.single_agent"] if "single_agent" in overrides.get("env_options", {}) else []
     if taken:
-        sys.exit(f"learning.py: {', '.join(taken)}: set by the script (--envs, --seeds, --steps, --out, --preset)")
-    out: Path = args.out.resolve()
+        flags = "--envs, --seeds, --steps, --out, --preset"
+        sys.exit(f"research.learning: {', '.join(taken)}: set by the script ({flags})")
+    out = plan.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     warm_starts: list[WarmStart] = []
     records: list[RunRecord] = []
     configs: dict[str, LocalTrainConfig] = {}
-    for env in args.envs:
+    for env in plan.envs:
         try:
-            configs[env] = env_config(env, args.preset, overrides, args.steps)
+            configs[env] = env_config(env, list(plan.presets), overrides, plan.steps)
         except ValueError as exc:
             records += [
-                RunRecord(env, method, seed, "", error=describe(exc)) for seed in args.seeds for method in args.methods
+                RunRecord(env, method, seed, "", error=describe(exc)) for seed in plan.seeds for method in plan.methods
             ]
-            lines = write_report(args, out, configs, records, warm_starts)
+            lines = write_report(plan, out, configs, records, warm_starts)
             continue
-        for seed in args.seeds:
+        for seed in plan.seeds:
             config = dataclasses.replace(configs[env], seed=seed)
             folder = out / env / f"seed{seed}"
             warm_by_agents: dict[str, WarmStart] = {}
-            for method in args.methods:
+            for method in plan.methods:
                 agents = "team" if METHODS[method].team else "single"
                 warm_folder = folder / f"warm_start_{agents}"
                 run_config = method_config(config, method, config.model.path or str(warm_folder), folder / method)
-                if args.collect:
+                if plan.collect:
                     records.append(collected_record(run_config, method))
                 # the same command stopped earlier: its finished runs are kept
                 elif (history := finished_history(run_config)) is not None:
@@ -760,19 +708,19 @@ def main(argv: list[str] | None = None, command: list[str] | None = None) -> lis
                         warm_by_agents[agents] = prepare_warm_start(config, agents, warm_folder, log)
                         if not config.model.path:
                             warm_starts.append(warm_by_agents[agents])
-                    records.append(run_method(run_config, method, warm_by_agents[agents]))
-                # rewritten after every run, so that a stopped benchmark keeps the runs it finished
-                lines = write_report(args, out, configs, records, warm_starts)
-    # every env adds records (runs, or its config error) and a report: --envs, --seeds and --methods are non-empty
+                    records.append(run_method(run_config, method, warm_by_agents[agents], callbacks))
+                # rewritten after every run, so that a stopped command keeps the runs it finished
+                lines = write_report(plan, out, configs, records, warm_starts)
+    # every env adds records (runs, or its config error) and a report: envs, seeds and methods are non-empty
     print(aligned(lines))
-    if args.baseline:
-        print(aligned(paired_cells(paired_differences(records, args.baseline))))
+    if plan.baseline:
+        print(aligned(paired_cells(paired_differences(records, plan.baseline))))
     print(f"written: {out / RESULTS_FILE}, {out.with_suffix('.md')}, plots in {out}")
     return records
 
 
 def write_report(
-    args: argparse.Namespace,
+    plan: Plan,
     out: Path,
     configs: dict[str, LocalTrainConfig],
     records: list[RunRecord],
@@ -788,18 +736,18 @@ def write_report(
             plot_env(env, records, config.steps, pngs[-1])
     any_config = next(iter(configs.values()), None)
     report = {
-        "command": shlex.join(args.command),
+        "command": shlex.join(plan.command),
         "date": datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads"
         + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""),
         "settings": {
-            "envs": args.envs,
-            "seeds": args.seeds,
-            "methods": args.methods,
-            "steps": any_config.steps if any_config else args.steps,
-            "presets": args.preset,
-            "overrides": args.overrides,
+            "envs": list(plan.envs),
+            "seeds": list(plan.seeds),
+            "methods": list(plan.methods),
+            "steps": any_config.steps if any_config else plan.steps,
+            "presets": list(plan.presets),
+            "overrides": list(plan.overrides),
             "env_options": {env: dict(config.env_options) for env, config in configs.items()},
             "shared_keys": setting_items(any_config) if any_config else [],
             "configs": {env: json.loads(json.dumps(dataclasses.asdict(c), default=str)) for env, c in configs.items()},
@@ -809,12 +757,8 @@ def write_report(
         "warm_starts": [dataclasses.asdict(w) | {"path": inside(out, w.path)} for w in warm_starts],
         "runs": [dataclasses.asdict(r) | {"output_dir": inside(out, r.output_dir)} for r in records],
         "summary": rows,
-        "paired": paired_differences(records, args.baseline) if args.baseline else [],
+        "paired": paired_differences(records, plan.baseline) if plan.baseline else [],
     }
     (out / RESULTS_FILE).write_text(json.dumps(report, indent=2))
     write_markdown(out.with_suffix(".md"), out, report, lines, pngs)
     return lines
-
-
-if __name__ == "__main__":
-    main()

@@ -1,37 +1,38 @@
 """The grouping ablation: AT-GRPO's (task, role, turn) groups against (task, role) groups, plain GRPO's task groups
 and the no-tree rollout, in a regime built for the grouping to matter, with the diagnostic that explains it.
 
-The regime: Plan-Path 5x5 in compact tool mode (`learning.py`'s board settings), in which the tool agent pays a
-fixed cost for every proposal (`tool_cost`, the env `plan_path_tool_cost`, which `main` registers). The cost moves every
-tool reward by the same amount, so groups keyed by role (`task_role`, `task_role_turn`) take it out exactly, and a
-run with it trains as a run without it would; in groups per task it sits next to the plan agent's rewards, and the
-tool's samples get mostly negative advantages whatever they said. The rewards of Plan-Path also differ by turn (the
-team reward is the progress made so far), which only `task_role_turn` takes out.
+The regime: Plan-Path 5x5 in compact tool mode (the learning harness's board settings), in which the tool agent pays
+a fixed cost for every proposal (`tool_cost`, the env `plan_path_tool_cost`, which `main` registers). The cost moves
+every tool reward by the same amount, so groups keyed by role (`task_role`, `task_role_turn`) take it out exactly,
+and a run with it trains as a run without it would; in groups per task it sits next to the plan agent's rewards, and
+the tool's samples get mostly negative advantages whatever they said. The rewards of Plan-Path also differ by turn
+(the team reward is the progress made so far), which only `task_role_turn` takes out.
 
-For each seed, one warm start serves every arm (`learning.py`'s harness), and the arms share its before-RL
-evaluation (played once). After the runs, a rollout of each warm start on training tasks is scored under every
-grouping (the same samples, three keys) and the no-tree rollout under its own: the mean advantage per role, per
-turn and per (role, turn), the share of negative advantages, the share of (task, role, turn) groups whose every
-sample is negative, and the offset share (how much of the advantages' variance is a value shared by all K
-candidates of one prompt, which says nothing about which reply was better). The same numbers are recorded at every
-training step of every arm (`advantage_stats.jsonl` in the run's folder).
+For each seed, one warm start serves every arm (`research/harness.py`), so the arms' before-RL evaluations are equal
+(same weights, boards and random numbers; each arm plays its own). After the runs, a rollout of each warm start on
+training tasks is scored under every grouping (the same samples, three keys) and the no-tree rollout under its own:
+the mean advantage per role, per turn and per (role, turn), the share of negative advantages, the share of (task,
+role, turn) groups whose every sample is negative, and the offset share (how much of the advantages' variance is a
+value shared by all K candidates of one prompt, which says nothing about which reply was better). The same numbers
+are recorded at every training step of every arm (`advantage_stats.jsonl` in the run's folder, written by a run
+callback).
 
-    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python experiments/grouping.py --seeds 0 1 2 3 4 5 6 7 progress=false
-    .venv/bin/python experiments/grouping.py --seeds 0 1 2 3 4 5 6 7 --collect
+    OMP_NUM_THREADS=1 nice -n 10 python -m research.grouping --seeds 0 1 2 3 4 5 6 7 progress=false
+    python -m research.grouping --seeds 0 1 2 3 4 5 6 7 --collect   # the tables from what is saved
 
-It writes `OUT.md` and `OUT/learning.json` (learning.py's table, with every arm's paired difference from AT-GRPO),
-and `OUT/diagnostics.md` and `OUT/diagnostics.json`. `--collect` trains nothing and re-reads what is saved.
+It writes `OUT.md` and `OUT/learning.json` (the harness's table, with every arm's paired difference from the first
+arm, `at_grpo_shared`), and `OUT/diagnostics.md` and `OUT/diagnostics.json`. key=value items override the script's
+defaults (`DEFAULT_OVERRIDES`). `--warm-start shared` trains one warm start (with `--warm-seed`) for every seed and
+arm instead of one per seed. `--collect` trains nothing and re-reads what is saved.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import shlex
 import statistics
-import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,31 +42,31 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import learning  # noqa: E402  (the harness this experiment runs on, in the same folder)
-
-from verl_mas.advantage import GROUPINGS  # noqa: E402
-from verl_mas.env import StepResult, register_env  # noqa: E402
-from verl_mas.local import train as local_train  # noqa: E402
-from verl_mas.local.presets import apply_train_overrides  # noqa: E402
-from verl_mas.local.reporting import METRICS_FILE, read_metrics  # noqa: E402
-from verl_mas.overrides import parse_overrides  # noqa: E402
-from verl_mas.sample import Sample  # noqa: E402
-from verl_mas_envs.puzzles.plan_path import PlanPathConfig, PlanPathEnv  # noqa: E402
+from research import harness
+from research.stats import difference_summary, interval_text, markdown_table, mean_se_text
+from verl_mas.advantage import GROUPINGS
+from verl_mas.env import StepResult, register_env
+from verl_mas.local.callbacks import RunCallbacks
+from verl_mas.local.presets import apply_train_overrides
+from verl_mas.local.reporting import METRICS_FILE, read_metrics
+from verl_mas.local.train import LocalRun, make_tasks, sample_advantages
+from verl_mas.overrides import parse_overrides
+from verl_mas.sample import Sample
+from verl_mas_envs.puzzles.plan_path import PlanPathConfig, PlanPathEnv
 
 ENV = "plan_path_tool_cost"
-DEFAULT_OUT = learning.REPO / "runs" / "grouping"
-# learning.py's Plan-Path board settings, and the tool agent's cost per proposal
-REGIME = {**learning.ENV_OPTIONS["plan_path"], "tool_cost": 2.0}
-# The arms, as learning.py names them; the first is the baseline of the paired differences.
+DEFAULT_OUT = harness.REPO / "runs" / "grouping"
+# the harness's Plan-Path board settings, and the tool agent's cost per proposal
+REGIME = {**harness.ENV_OPTIONS["plan_path"], "tool_cost": 2.0}
+# The arms, as the harness names them; the first is the baseline of the paired differences.
 ARMS = {
     "at_grpo_shared": "task_role_turn",
     "at_grpo_task_role": "task_role",
     "mas_grpo_task": "task",
     "mas_no_tree": "task_role_turn, no tree",
 }
-# 39 min for 8 seeds x 4 arms in one process with one thread on the shared 2-core machine (docs/results/grouping.md);
-# key=value arguments override them.
+# 39 min for 8 seeds x 4 arms in one process with one thread on the shared 2-core machine (research/grouping/README.md),
+# measured when the arms of a seed played their equal before-RL evaluation once; key=value arguments override them.
 DEFAULT_OVERRIDES = [
     "warm_start.tasks=256",
     "warm_start.epochs=4",
@@ -136,89 +137,34 @@ def advantage_breakdown(samples: Sequence[Sample], advantages: Sequence[float]) 
     return {"cells": cells, "offset_share": float((between**2).sum() / total) if total > 0 else 0.0}
 
 
-class AdvantageRecorder:
-    """Wraps the local engine's advantage step so that every training step of a run appends its breakdown to
-    `STATS_FILE` in the run's folder (the engine computes the advantages as always; this only reads them)."""
+class AdvantageRecorder(RunCallbacks):
+    """A run callback: every training step of a run appends its advantages' breakdown to `STATS_FILE` in the run's
+    folder (the engine computes the advantages as always; this only reads them)."""
 
-    def __init__(self) -> None:
-        self.path: Path | None = None
-        self.step = 0
-        self.sample_advantages = local_train.sample_advantages
-        self.train = learning.train
+    def started(self, run: LocalRun, step: int) -> None:
+        if step == 0:  # a run that starts afresh records afresh
+            (run.out / STATS_FILE).unlink(missing_ok=True)
 
-    def install(self) -> None:
-        local_train.sample_advantages = self.recording_sample_advantages
-        learning.train = self.recording_train
-
-    def recording_sample_advantages(
-        self, samples: list[Sample], grouping: str, norm_adv_by_std: bool = True
-    ) -> torch.Tensor:
-        advantages = self.sample_advantages(samples, grouping, norm_adv_by_std)
-        if self.path is not None:
-            self.step += 1
-            record = {"step": self.step, "grouping": grouping, **advantage_breakdown(samples, advantages.tolist())}
-            with self.path.open("a") as out:
-                out.write(json.dumps(record) + "\n")
-        return advantages
-
-    def recording_train(self, config, log=print):
-        self.path, self.step = Path(config.output_dir) / STATS_FILE, 0
-        self.path.unlink(missing_ok=True)  # a run that starts afresh records afresh
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            return self.train(config, log)
-        finally:
-            self.path = None
-
-
-class EvaluationCache:
-    """The arms of a seed start from one warm start and evaluate on the same boards with the same random numbers, so
-    their before-RL evaluations are equal: an evaluation of weights and settings already evaluated in this process is
-    read back instead of played again (3 of each seed's 4 evaluations before RL)."""
-
-    # what an evaluation reads besides the weights (the arms differ in none of these: all route roles to one model)
-    KEYS = ("env", "env_options", "seed", "eval_tasks", "eval_samples", "alpha", "router", "sampling", "model")
-
-    def __init__(self) -> None:
-        self.saved: dict[str, tuple[float, dict[str, float]]] = {}
-        self.evaluate = local_train.LocalRun.evaluate
-
-    def install(self) -> None:
-        cache = self
-
-        def evaluate(run: local_train.LocalRun) -> tuple[float, dict[str, float]]:
-            key = cache.key(run)
-            if key not in cache.saved:
-                cache.saved[key] = cache.evaluate(run)
-            success, metrics = cache.saved[key]
-            return success, dict(metrics)
-
-        local_train.LocalRun.evaluate = evaluate
-
-    def key(self, run: local_train.LocalRun) -> str:
-        digest = hashlib.sha256()
-        settings = {name: getattr(run.config, name) for name in self.KEYS}
-        digest.update(json.dumps(settings, sort_keys=True, default=str).encode())
-        for policy, model in sorted(run.models.items()):
-            digest.update(policy.encode())
-            for name, tensor in model.state_dict().items():
-                digest.update(name.encode() + tensor.detach().cpu().contiguous().numpy().tobytes())
-        return digest.hexdigest()
+    def advantages(self, run: LocalRun, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> None:
+        breakdown = advantage_breakdown(samples, advantages.tolist())
+        record = {"step": step + 1, "grouping": run.config.grouping, **breakdown}
+        with (run.out / STATS_FILE).open("a") as out:
+            out.write(json.dumps(record) + "\n")
 
 
 def diagnose(config, warm_path: str, tasks: int, log) -> dict[str, Any]:
     """The warm start's rollout of `tasks` training tasks (tree, and K independent episodes), scored under every
     grouping: the tree's samples under each of the three keys, the independent episodes' under task_role_turn."""
     config = apply_train_overrides(config, {"model": {"path": warm_path}, "output_dir": str(Path(warm_path).parent)})
-    run = local_train.LocalRun(config, log)
-    train_tasks = local_train.make_tasks(config, "train", 0, tasks)
+    run = LocalRun(config, log)
+    train_tasks = make_tasks(config, "train", 0, tasks)
     out: dict[str, Any] = {"tasks": tasks, "k": config.k}
     tree = [s for r in run.rollout(train_tasks, run.sampler, config.k, "tree") for s in r.samples]
     for grouping in GROUPINGS:
-        scored = local_train.sample_advantages(tree, grouping, config.norm_adv_by_std)
+        scored = sample_advantages(tree, grouping, config.norm_adv_by_std)
         out[grouping] = advantage_breakdown(tree, scored.tolist())
     independent = [s for r in run.rollout(train_tasks, run.sampler, config.k, "independent") for s in r.samples]
-    no_tree = local_train.sample_advantages(independent, "task_role_turn", config.norm_adv_by_std).tolist()
+    no_tree = sample_advantages(independent, "task_role_turn", config.norm_adv_by_std).tolist()
     out["no_tree"] = advantage_breakdown(independent, no_tree)
     return out
 
@@ -226,33 +172,33 @@ def diagnose(config, warm_path: str, tasks: int, log) -> dict[str, Any]:
 def shared_warm_start(args: argparse.Namespace, overrides: dict[str, Any]) -> Path:
     """The one warm start every seed's arms start from (`--warm-start shared`): trained with `--warm-seed`, or reused
     from OUT/warm_start_team when saved there with the same settings."""
-    config = dataclasses.replace(learning.env_config(ENV, ["default"], overrides, args.steps), seed=args.warm_seed)
+    config = dataclasses.replace(harness.env_config(ENV, ["default"], overrides, args.steps), seed=args.warm_seed)
     folder = args.out / "warm_start_team"
     if args.collect:
         return folder
-    warm = learning.prepare_warm_start(config, "team", folder, learning.prefixed_log(ENV, args.warm_seed, "warm start"))
+    warm = harness.prepare_warm_start(config, "team", folder, harness.prefixed_log(ENV, args.warm_seed, "warm start"))
     if warm.error:
-        raise SystemExit(f"grouping.py: the warm start failed: {warm.error}")
+        raise SystemExit(f"research.grouping: the warm start failed: {warm.error}")
     return folder
 
 
 def diagnostics(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Each seed's diagnostic, computed from the warm start its arms started from (or read back when saved with the
     same warm start and settings)."""
-    config = learning.env_config(ENV, ["default"], overrides, args.steps)
+    config = harness.env_config(ENV, ["default"], overrides, args.steps)
     found = {}
     for seed in args.seeds:
         seed_config = dataclasses.replace(config, seed=seed)
         folder = args.out / ENV / f"seed{seed}"
         warm = Path(config.model.path) if config.model.path else folder / "warm_start_team"
-        key_file = warm / learning.WARM_START_KEY_FILE
+        key_file = warm / harness.WARM_START_KEY_FILE
         key = {"warm_start": key_file.read_text() if key_file.is_file() else str(warm), "seed": seed, "k": config.k}
         path = folder / DIAGNOSTIC_FILE
         saved = json.loads(path.read_text()) if path.is_file() else None
         if saved is not None and saved.get("key") == key and saved.get("tasks") == args.diagnose_tasks:
             found[seed] = saved
         elif not args.collect and (warm / "config.json").is_file():
-            log = learning.prefixed_log(ENV, seed, "diagnose")
+            log = harness.prefixed_log(ENV, seed, "diagnose")
             result = diagnose(seed_config, str(warm), args.diagnose_tasks, log)
             found[seed] = {"key": key, **result}
             folder.mkdir(parents=True, exist_ok=True)
@@ -289,7 +235,7 @@ def paired_metrics(out: Path, arms: Sequence[str], seeds: Sequence[int]) -> list
         for metric in PAIRED_METRICS:
             both = [s for s in seeds if (arm, s) in last and (arms[0], s) in last and metric in last[arm, s]]
             differences = [last[arm, s][metric] - last[arms[0], s][metric] for s in both]
-            summary = learning.difference_summary(differences)
+            summary = difference_summary(differences)
             rows.append(
                 {
                     "arm": arm,
@@ -318,12 +264,12 @@ def paired_lines(rows: list[dict[str, Any]], baseline: str) -> list[str]:
                 f"{row['before']:.3f}",
                 f"{row['baseline_after']:.3f}",
                 f"{row['after']:.3f}",
-                learning.mean_se_text(row["mean"], row["se"]),
-                learning.interval_text(row["ci95"]),
+                mean_se_text(row["mean"], row["se"]),
+                interval_text(row["ci95"]),
                 " ".join(f"{d:+.3f}" for d in row["per_seed"]),
             ]
         )
-    return [learning.markdown_table(lines)]
+    return [markdown_table(lines)]
 
 
 def training_stats(out: Path, seeds: Sequence[int]) -> dict[str, dict[str, Any]]:
@@ -390,11 +336,13 @@ def _cell_table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
             row.append(f"{statistics.fmean(values):.2f}" if values else "-")
         row.append(f"{statistics.fmean(p['offset_share'] for p in parts):.2f}")
         lines.append(row)
-    return [learning.markdown_table(lines)]
+    return [markdown_table(lines)]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m research.grouping", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=list(range(8)), help="default: 0-7")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="RL steps of every arm (default: %(default)s)")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS), help="default: all four")
@@ -404,13 +352,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--warm-start",
         choices=("shared", "per_seed"),
         default="per_seed",
-        help="per_seed (default): learning.py's one warm start per seed, shared by its arms; shared: one warm "
+        help="per_seed (default): the harness's one warm start per seed, shared by its arms; shared: one warm "
         "start, trained with --warm-seed, for every seed and arm",
     )
     parser.add_argument("--warm-seed", type=int, default=0, help="the seed of the shared warm start (default 0)")
     parser.add_argument("--collect", action="store_true", help="train nothing: report what is saved under OUT")
     parser.add_argument("overrides", nargs="*", help="key=value training overrides, after the defaults above")
-    args = learning.parse_with_overrides(parser, argv)
+    args = harness.parse_with_overrides(parser, argv)
     args.out = args.out.resolve()
     return args
 
@@ -418,17 +366,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     register_env(ENV)(PlanPathToolCost)
-    learning.ENV_OPTIONS[ENV] = REGIME
+    harness.ENV_OPTIONS[ENV] = REGIME  # the env's board options, as the harness holds every env's
     overrides = [*DEFAULT_OVERRIDES, *args.overrides]
-    AdvantageRecorder().install()
-    EvaluationCache().install()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.warm_start == "shared" and "path" not in parse_overrides(overrides).get("model", {}):
         overrides.append(f"model.path={shared_warm_start(args, parse_overrides(overrides))}")
-    learning_argv = ["--envs", ENV, "--seeds", *map(str, args.seeds), "--steps", str(args.steps)]
-    learning_argv += ["--methods", *args.arms, "--baseline", args.arms[0], "--out", str(args.out), *overrides]
-    command = ["python", str(Path(__file__).resolve().relative_to(learning.REPO)), *args.argv]
-    learning.main(learning_argv + (["--collect"] if args.collect else []), command=command)
+    command = ["python", "-m", "research.grouping", *args.argv]
+    plan = harness.Plan(
+        envs=[ENV],
+        seeds=args.seeds,
+        methods=args.arms,
+        out=args.out,
+        command=command,
+        steps=args.steps,
+        overrides=overrides,
+        baseline=args.arms[0],
+        collect=args.collect,
+    )
+    harness.run_plan(plan, callbacks=[AdvantageRecorder()])
     found = diagnostics(args, parse_overrides(overrides))
     trained = training_stats(args.out, args.seeds)
     paired = paired_metrics(args.out, args.arms, args.seeds)
@@ -439,7 +394,3 @@ def main(argv: list[str] | None = None) -> None:
     text += "\n"
     (args.out / "diagnostics.md").write_text(text)
     print(text)
-
-
-if __name__ == "__main__":
-    main()

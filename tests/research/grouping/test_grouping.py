@@ -1,25 +1,23 @@
-"""experiments/grouping.py: the tool-cost regime's env and the advantage diagnostic, on hand-made inputs."""
+"""research.grouping: the tool-cost regime's env and the advantage diagnostic, on hand-made inputs."""
 
+import json
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from script_testkit import loaded_script
+from saved_run_testkit import TINY
 
+from research.grouping import grouping
 from verl_mas.dataset import split_tasks
-from verl_mas.local.train import sample_advantages
+from verl_mas.local.callbacks import RunCallbacks
+from verl_mas.local.config import LocalTrainConfig
+from verl_mas.local.train import sample_advantages, train
+from verl_mas.overrides import apply_overrides
 
 OPTIONS = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True}
 
 
-@pytest.fixture(scope="module")
-def grouping():
-    with loaded_script("experiments/grouping.py", "grouping_experiment") as module:
-        yield module
-
-
-def test_the_tool_pays_its_cost_and_nothing_else_changes(grouping):
+def test_the_tool_pays_its_cost_and_nothing_else_changes():
     from verl_mas_envs.puzzles.plan_path import PlanPathEnv
 
     (task,) = split_tasks("plan_path", "train", 1, 0, {**OPTIONS, "tool_cost": 2.0})
@@ -38,7 +36,7 @@ def sample(task: str, role: str, turn: int, reward: float) -> SimpleNamespace:
     return SimpleNamespace(task_uid=task, role=role, turn=turn, reward=reward)
 
 
-def test_the_breakdown_shows_what_task_grouping_does_to_the_cheaper_paid_role(grouping):
+def test_the_breakdown_shows_what_task_grouping_does_to_the_cheaper_paid_role():
     # one task, two candidates per (role, turn): the tool's rewards sit 2 below the plan's
     samples = [
         sample("t", "tool", 0, -2.0), sample("t", "tool", 0, -1.0),
@@ -61,22 +59,22 @@ def test_the_breakdown_shows_what_task_grouping_does_to_the_cheaper_paid_role(gr
     assert 0.5 < coarse["offset_share"] < 1.0  # most of the spread is the (role, turn) offsets
 
 
-def test_the_results_page_quotes_its_record():
-    """docs/results/grouping.md quotes the paired differences and the diagnostic of docs/results/grouping/, so a figure
-    cannot drift alone."""
-    import json
+class Capture(RunCallbacks):
+    def __init__(self) -> None:
+        self.steps: list[tuple] = []
 
-    results = Path(__file__).resolve().parents[2] / "docs" / "results"
-    page = (results / "grouping.md").read_text()
-    record = json.loads((results / "grouping" / "diagnostics.json").read_text())
-    names = {"eval/success", "eval_sampled/success", "eval_sampled/tool/invalid_move_share"}
-    quoted = [row for row in record["paired"] if row["metric"] in names]
-    assert len(quoted) == 9 and all(row["n"] == 8 for row in quoted)
-    for row in quoted:
-        low, high = row["ci95"]
-        for text in (f"{row['mean']:+.3f} ({row['se']:.3f})", f"[{low:+.3f}, {high:+.3f}]"):
-            assert text in page, (row["arm"], row["metric"], text)
-    (warm,) = [table for table in page.split("\n\n") if table.startswith("| grouping |") and "| no_tree |" in table]
-    tool = record["warm_start"]  # per seed; the page shows the mean over seeds
-    mean = sum(seed["task"]["cells"]["tool"]["advantage"] for seed in tool.values()) / len(tool)
-    assert f"| task | {mean:+.2f} (" in warm
+    def advantages(self, run, step, samples, advantages):
+        self.steps.append((list(samples), advantages.tolist()))
+
+
+def test_the_advantage_recorder_writes_every_steps_breakdown_and_a_fresh_run_starts_afresh(tmp_path):
+    config = apply_overrides(LocalTrainConfig(), TINY | {"steps": 2, "eval_tasks": 2, "output_dir": str(tmp_path)})
+    (tmp_path / grouping.STATS_FILE).write_text('{"step": 1}\n')  # an earlier run's record: a fresh run drops it
+    capture = Capture()
+    train(config, log=lambda line: None, callbacks=[grouping.AdvantageRecorder(), capture])
+    lines = (tmp_path / grouping.STATS_FILE).read_text().splitlines()
+    expected = [
+        {"step": step + 1, "grouping": "task_role_turn", **grouping.advantage_breakdown(samples, advantages)}
+        for step, (samples, advantages) in enumerate(capture.steps)
+    ]
+    assert [json.loads(line) for line in lines] == json.loads(json.dumps(expected)) and len(lines) == 2
