@@ -88,7 +88,7 @@ class SudokuConfig(ToolPlanConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.size not in SIZES:
+        if not (isinstance(self.size, int) and self.size in SIZES):  # 4.0 == 4, but a float sizes no grid
             raise ValueError(f"sudoku size must be one of {SIZES}, got {self.size!r}")
         if self.clues is not None and not (isinstance(self.clues, int) and 0 <= self.clues < self.size**2):
             raise ValueError(f"sudoku clues must be an int in [0, {self.size**2}), got {self.clues!r}")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import random
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from verl_mas.dataset import AGENT_NAME, read_tasks, task_rows, write_dataset
+from verl_mas.dataset import AGENT_NAME, read_tasks, row_task, rows_of_tasks, task_rows, write_dataset
 from verl_mas.env import ENVS, MultiAgentEnv, StepResult, Task, Workflow, make_env, register_env, split_of
 from verl_mas_envs.puzzles.sudoku import SudokuEnv  # noqa: F401  (registers "sudoku")
 
@@ -85,6 +87,64 @@ def test_rows_are_deterministic_in_seed_and_split():
     assert first != task_rows("sudoku", "eval", 4, seed=6, options=SUDOKU_OPTIONS)
     train = task_rows("sudoku", "train", 4, seed=5, options=SUDOKU_OPTIONS)
     assert {row["extra_info"]["seed"] for row in train}.isdisjoint(row["extra_info"]["seed"] for row in first)
+
+
+def test_rows_of_tasks_write_each_task_at_its_position_whatever_its_uid():
+    tasks = [
+        Task(uid="mine/a", env="dataset_tiny", seed=5, split="eval", options={"high": 50}),
+        Task(uid="mine/b", env="dataset_tiny", seed=6, split="train", options={"high": 60}),
+    ]
+    rows = rows_of_tasks(tasks)
+    written = [(0, "eval", 5, '{"high": 50}'), (1, "train", 6, '{"high": 60}')]
+    for row, task, (index, split, seed, options) in zip(rows, tasks, written, strict=True):
+        env = TinyEnv(**task.options)
+        env.reset(task)
+        assert row == {
+            "prompt": [{"role": "user", "content": f"board {env.number}"}],
+            "data_source": "verl_mas/dataset_tiny",
+            "agent_name": "mas_agent",
+            "reward_model": {"style": "rule", "ground_truth": ""},
+            "extra_info": {"env": "dataset_tiny", "seed": seed, "split": split, "options": options, "index": index},
+        }
+    read_back = [row_task(row, f"row {number}") for number, row in enumerate(rows)]
+    assert [task.uid for task in read_back] == ["verl_mas/dataset_tiny/eval/0", "verl_mas/dataset_tiny/train/1"]
+    assert [(task.seed, task.split, task.options) for task in read_back] == [
+        (5, "eval", {"high": 50}),
+        (6, "train", {"high": 60}),
+    ]
+    with pytest.raises(ValueError, match="split must be one of"):
+        rows_of_tasks([Task(uid="x", env="dataset_tiny", seed=0, split="test")])
+    with pytest.raises(ValueError, match="options for 'dataset_tiny' must be JSON-serialisable"):
+        rows_of_tasks([Task(uid="x", env="dataset_tiny", seed=0, options={"high": {50}})])
+    with pytest.raises(ValueError, match="high must be >= 10"):
+        rows_of_tasks([Task(uid="x", env="dataset_tiny", seed=0, options={"high": 3})])
+
+
+def imported_modules(path: Path) -> set[str]:
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    return modules
+
+
+def test_rows_are_built_by_the_dataset_writer_alone_which_imports_no_engine():
+    root = Path(__file__).resolve().parents[2]
+    environments = sorted((root / "envs").rglob("*.py"))
+    assert len(environments) > 20  # the built-in environments were found
+    knowing_rows = [
+        str(path.relative_to(root)) for path in environments if "verl_mas.dataset" in imported_modules(path)
+    ]
+    assert knowing_rows == []
+    for core in ("dataset.py", "data_files.py"):
+        engines = {
+            m
+            for m in imported_modules(root / "verl_mas" / core)
+            if m.startswith(("verl_mas.local", "verl_mas.verl_engine"))
+        }
+        assert engines == set(), core
 
 
 def test_task_rows_rejects_bad_arguments():
