@@ -26,14 +26,15 @@ from verl_mas import plugin  # registers the at_grpo estimator and the cpu platf
 from verl_mas.dataset import read_tasks
 from verl_mas.env import get_env_class, make_env
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported
+from verl_mas.verl_engine.hooks import load_trainer_hooks
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
 AGENT_LOOPS_FILE = CONFIG_DIR / "agent_loops.yaml"
 
 
 def check_config(config: DictConfig) -> MasConfig:
-    """Everything that can be checked before Ray starts: `mas:`, what the AT-GRPO trainer supports, the GPU split
-    between policies, the data files, verl's own validation.
+    """Everything that can be checked before Ray starts: `mas:`, the trainer hooks (each imported and built once),
+    what the AT-GRPO trainer supports, the GPU split between policies, the data files, verl's own validation.
 
     Fills in `actor_rollout_ref.rollout.agent.agent_loop_config_path` with verl-mas's agent-loop file when it is
     null, so that every agent-loop worker can build `mas_agent`.
@@ -44,6 +45,7 @@ def check_config(config: DictConfig) -> MasConfig:
     if "mas" not in config:
         raise MasConfigError("mas: missing; compose over verl_mas/config/mas_defaults.yaml")
     mas = MasConfig.from_mapping(OmegaConf.to_container(config.mas, resolve=True))
+    load_trainer_hooks(config)
     if config.trainer.use_v1 is not True:
         raise MasConfigError(
             f"trainer.use_v1 must be true: the AT-GRPO trainer is a V1 trainer, got {config.trainer.use_v1!r}"

@@ -4,37 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from omegaconf import OmegaConf
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
 from verl_mas.dataset import AGENT_NAME, row_task
 from verl_mas.env import Message, Task
 from verl_mas.rollout import EnvironmentFailure, EpisodeResult, Generation, GenerationRequest, rollout_task
 from verl_mas.sample import Sample
-from verl_mas.verl_engine.config import MasConfig, MasConfigError
+from verl_mas.verl_engine.config import MasConfig, MasConfigError, mas_config_of
 from verl_mas.verl_engine.routing import GenerateClient, PolicyRoutingClient
 from verl_mas.verl_engine.timeline import append_records
-
-
-@functools.lru_cache(maxsize=8)
-def _parse_mas_config(node_json: str) -> MasConfig:
-    return MasConfig.from_mapping(json.loads(node_json))
-
-
-def mas_config_of(trainer_config: Any) -> MasConfig:
-    """The validated `mas:` group of verl's whole config (parsed once per process and node content)."""
-    node = trainer_config.get("mas") if hasattr(trainer_config, "get") else None
-    if node is None:
-        raise MasConfigError("mas: the config has no `mas:` group; launch with python -m verl_mas.main")
-    container = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-    return _parse_mas_config(json.dumps(container, sort_keys=True))
 
 
 def routing_client_for(server_manager: GenerateClient | PolicyRoutingClient, mas: MasConfig) -> PolicyRoutingClient:

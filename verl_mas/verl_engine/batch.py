@@ -1,20 +1,14 @@
 """The advantage step's pure pieces: per-row sample tags, restored rewards, AT-GRPO advantages through verl's
-estimator registry, per-role and per-turn metrics, the update audit record and capture, and the split of a batch by
-policy."""
+estimator registry, per-role and per-turn metrics, and the split of a batch by policy."""
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import transfer_queue as tq
-from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 
 from verl_mas.advantage import group_ids, registered_estimator
@@ -166,46 +160,6 @@ def infra_failures(tags: SampleTags, max_share: float) -> dict[str, float]:
     return infra_failure_metrics(int(tags.infra_failure.sum()), samples, max_share, "mas.max_infra_failure_share")
 
 
-def update_audit_record(step: int, policy: str, fields: Sequence[str], data: TensorDict, tags: SampleTags) -> dict:
-    """What one policy's actor update received: its field list and, per row, the tags and the advantage.
-
-    A row's `advantage` is the mean over its response tokens and `advantage_spread` the max - min there (AT-GRPO
-    spreads one value over a sample's tokens, so the spread is 0); both are None when the batch has no advantages.
-    `logprob_gap` is the largest |sampler log-prob - actor's recomputed log-prob| over the row's response tokens
-    (None without both), which shows whether the rollout served the weights the actor trains.
-    """
-
-    def per_row(name: str) -> list[torch.Tensor] | None:
-        return data[name].unbind() if name in data.keys() else None
-
-    rows = []
-    advantages, masks = per_row("advantages"), per_row("response_mask")
-    sampler, actor = per_row("rollout_log_probs"), per_row("old_log_probs")
-    for i in range(len(tags.padding)):
-        row = {
-            "task_uid": str(tags.task_uid[i]),
-            "role": str(tags.role[i]),
-            "turn": int(tags.turn[i]),
-            "policy": str(tags.policy[i]),
-            "padding": bool(tags.padding[i]),
-            "reward": float(tags.mixed_reward[i]),
-            "advantage": None,
-            "advantage_spread": None,
-            "logprob_gap": None,
-        }
-        rows.append(row)
-        tokens = masks[i].bool() if masks is not None else None
-        if tokens is None or not tokens.any():
-            continue
-        if advantages is not None:
-            values = advantages[i][tokens].double()
-            row["advantage"] = float(values.mean())
-            row["advantage_spread"] = float(values.max() - values.min())
-        if sampler is not None and actor is not None:
-            row["logprob_gap"] = float((sampler[i][tokens].double() - actor[i][tokens].double()).abs().max())
-    return {"step": step, "policy": policy, "fields": sorted(fields), "rows": rows}
-
-
 def split_by_policy(
     batch: KVBatchMeta, policy_of_row: Sequence[str], policies: Sequence[str]
 ) -> dict[str, KVBatchMeta]:
@@ -223,41 +177,3 @@ def split_by_policy(
         if keys:
             parts[policy] = batch.select_keys(keys)
     return parts
-
-
-def fetch_update_batch(part: KVBatchMeta) -> TensorDict:
-    """What `part`'s update receives, fetched as verl's worker fetches it (the fields its metadata lists), plus the
-    sample tags (`extra_fields`) even where that list leaves them out: one fetch serves the audit and the capture."""
-    fields = list(part.fields or [])
-    tagged = fields if "extra_fields" in fields else [*fields, "extra_fields"]
-    return tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=tagged)
-
-
-def save_update_batch(folder: str, step: int, policy: str, part: KVBatchMeta, data: TensorDict) -> Path:
-    """Save `data` (`fetch_update_batch(part)`) to <folder>/step_<step>/<policy>.pt, so that the update can be
-    replayed elsewhere.
-
-    The file holds {"step", "policy", "padding": [n] bool, "tensors": {field: the list of its n rows}}, nested and
-    padded fields alike, for the fields `part`'s metadata lists; fields that are not tensors (the sample tags, prompts
-    as text) are left out.
-    """
-    tensors = {}
-    for name in part.fields or []:
-        value = data.get(name, None)
-        if isinstance(value, torch.Tensor):
-            tensors[name] = [row.clone() for row in value.unbind()]
-    padding = [bool(tag.get("is_padding", False)) for tag in part.tags]
-    path = Path(os.path.expanduser(folder)).resolve() / f"step_{step}" / f"{policy}.pt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"step": step, "policy": policy, "padding": padding, "tensors": tensors}, path)
-    return path
-
-
-def append_update_audit(path: str, step: int, policy: str, part: KVBatchMeta, data: TensorDict) -> None:
-    """Append the audit record of `data` (`fetch_update_batch(part)`) to the JSONL at `path`."""
-    tags = batch_tags(data["extra_fields"], part.tags)
-    record = update_audit_record(step, policy, list(part.fields or []), data, tags)
-    path = os.path.expanduser(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a", encoding="utf-8") as out:
-        out.write(json.dumps(record) + "\n")

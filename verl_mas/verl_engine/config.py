@@ -1,9 +1,11 @@
-"""The typed schema of the `mas:` config group (environment, router, tree rollout, grouping, policies), and what
-the AT-GRPO trainer refuses in verl's own config."""
+"""The typed schema of the `mas:` config group (environment, router, tree rollout, grouping, policies), its reader
+`mas_config_of`, and what the AT-GRPO trainer refuses in verl's own config."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +19,12 @@ from verl_mas.rollout import RolloutConfig
 from verl_mas.router import PolicyRouter
 
 ROUTER_NAMES: tuple[str, ...] = ("shared", "per_role")
+# former `mas:` keys, now trainer hooks (`verl_mas.verl_engine.diagnostics`): key -> (hook class, its option)
+MOVED_TO_HOOKS: dict[str, tuple[str, str]] = {
+    "update_audit": ("UpdateRecorder", "audit"),
+    "update_capture": ("UpdateRecorder", "capture"),
+    "phase_check": ("PhaseCheck", "folder"),
+}
 
 
 class MasConfigError(ValueError):
@@ -59,16 +67,8 @@ class MasConfig:
         max_infra_failure_share: samples the judge could not run (the sandbox failed, not the model) take no part
             in their group or the update and count as mas/infra_failures; a step where they are more than this
             share of its samples stops the run.
-        update_audit: a JSONL path, or None: one line per step and policy with the fields and rows (task, role,
-            turn, advantage) that policy's actor update received, read back as the actor reads them.
-        update_capture: a folder, or None: every step, each policy's update batch as its actor fetches it (tensor
-            fields only), saved to <folder>/step_<n>/<policy>.pt to replay the update elsewhere (a debugging aid:
-            several MB a step).
         timeline: a JSONL path, or None: when each policy's phases ran (trainer and actor workers) and when each
             policy's servers had requests in flight (agent loop); see `verl_mas.verl_engine.timeline`.
-        phase_check: a folder, or None: with several policies, the first step a launch trains also runs the old
-            log-prob and update phases one policy after another from the same batch and state, and writes both
-            results there (`AtGrpoTrainer._phase_check`).
     """
 
     env: str
@@ -78,10 +78,7 @@ class MasConfig:
     grouping: Grouping = "task_role_turn"
     policies: Mapping[str, PolicyConfig] = field(default_factory=dict)
     max_infra_failure_share: float = 0.1
-    update_audit: str | None = None
-    update_capture: str | None = None
     timeline: str | None = None
-    phase_check: str | None = None
 
     def __post_init__(self) -> None:
         if self.grouping not in GROUPINGS:
@@ -93,11 +90,8 @@ class MasConfig:
         share = self.max_infra_failure_share
         if isinstance(share, bool) or not isinstance(share, int | float) or not 0 <= share <= 1:
             raise MasConfigError(f"mas.max_infra_failure_share must be a number in [0, 1], got {share!r}")
-        for key in ("update_audit", "update_capture", "timeline", "phase_check"):
-            value = getattr(self, key)
-            if value is not None and not (isinstance(value, str) and value):
-                kind = "folder" if key in ("update_capture", "phase_check") else "file path"
-                raise MasConfigError(f"mas.{key} must be a {kind} or null, got {value!r}")
+        if self.timeline is not None and not (isinstance(self.timeline, str) and self.timeline):
+            raise MasConfigError(f"mas.timeline must be a file path or null, got {self.timeline!r}")
         router = self.policy_router()
         for policy_id, policy in self.policies.items():
             key = f"mas.policies.{policy_id}"
@@ -158,6 +152,12 @@ class MasConfig:
         Raises:
             MasConfigError: naming the unknown or bad key and what it accepts.
         """
+        for key, (hook, option) in MOVED_TO_HOOKS.items():
+            if isinstance(node, Mapping) and key in node:
+                raise MasConfigError(
+                    f"mas.{key}: now a trainer hook; use +trainer_hooks.{key}._target_=verl_mas.verl_engine."
+                    f"diagnostics.{hook} +trainer_hooks.{key}.{option}={node[key]} (docs/verl_engine.md)"
+                )
         fields = _checked_keys(node, cls, "mas", required=("env",))
         env = fields["env"]
         if not isinstance(env, str):
@@ -198,6 +198,20 @@ class MasConfig:
             for policy_id, settings in policies.items()
         }
         return cls(**fields)
+
+
+@functools.lru_cache(maxsize=8)
+def _parse_mas_config(node_json: str) -> MasConfig:
+    return MasConfig.from_mapping(json.loads(node_json))
+
+
+def mas_config_of(trainer_config: Any) -> MasConfig:
+    """The validated `mas:` group of verl's whole config (parsed once per process and node content)."""
+    node = trainer_config.get("mas") if hasattr(trainer_config, "get") else None
+    if node is None:
+        raise MasConfigError("mas: the config has no `mas:` group; launch with python -m verl_mas.main")
+    container = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    return _parse_mas_config(json.dumps(container, sort_keys=True))
 
 
 def _checked_keys(node: Any, schema: type, where: str, required: tuple[str, ...] = ()) -> dict[str, Any]:

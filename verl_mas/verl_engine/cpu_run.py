@@ -13,9 +13,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_mas.verl_engine.diagnostics import UpdateRecorder
+from verl_mas.verl_engine.hooks import hook_overrides
+
 LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"  # verl's file logger: {"step": n, "data": {...}} per line
-AUDIT_FILE = "audit.jsonl"  # mas.update_audit
+AUDIT_FILE = "audit.jsonl"  # the update audit (`diagnostics.UpdateRecorder`)
+AUDIT_HOOK = "update_record"  # its name under trainer_hooks: (add +trainer_hooks.update_record.capture=DIR to capture)
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ def cpu_command(folder: Path, overrides: Sequence[str]) -> list[str]:
         "-m",
         "verl_mas.main",
         "+platform=cpu",
-        f"+mas.update_audit={folder / AUDIT_FILE}",
+        *hook_overrides(AUDIT_HOOK, UpdateRecorder, audit=folder / AUDIT_FILE),
         "trainer.logger=[console,file]",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={folder / METRICS_FILE}",
         *overrides,

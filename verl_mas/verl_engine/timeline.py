@@ -7,9 +7,9 @@ Records (times are `time.time()` seconds, comparable across the processes of one
 - `{"kind": "phase", "step", "phase", "policy", "mode", "method", "start", "dispatched", "ready", "end"}`, written by
   the trainer for every phase it runs per policy (several policies only): `start` when verl's method for the policy
   began, `dispatched` when its worker call had gone out, `ready` when all its workers had answered, `end` when the
-  trainer had finished with the answer; `mode` is `concurrent` or `sequential` (the `mas.phase_check` reference
-  run); `method` is the worker method called (null when the phase needed none); `step` is null at set-up
-  (checkpoint load, first weight sync);
+  trainer had finished with the answer; `mode` is `concurrent` or `sequential` (the reference run of the phase
+  check, `diagnostics.PhaseCheck`); `method` is the worker method called (null when the phase needed none); `step` is
+  null at set-up (checkpoint load, first weight sync);
 - `{"kind": "worker", "policy", "method", "rank", "start", "end"}`, written by each actor worker around the compute
   of one call (`compute_log_prob`, `compute_ref_log_prob`, `update_actor`, `update_weights`, `save_checkpoint`,
   `load_checkpoint`);

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import logging
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import ray
 import torch
@@ -35,19 +32,16 @@ from verl.utils.ray_utils import auto_await
 from verl.workers.utils.padding import response_to_nested
 
 from verl_mas.router import PolicyRouter
-from verl_mas.verl_engine.agent_loop import mas_config_of
 from verl_mas.verl_engine.batch import (
-    append_update_audit,
     at_grpo_advantages,
     batch_tags,
-    fetch_update_batch,
     infra_failures,
     reward_scores,
     sample_metrics,
-    save_update_batch,
     split_by_policy,
 )
-from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported
+from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported, mas_config_of
+from verl_mas.verl_engine.hooks import TrainerHook, load_trainer_hooks
 from verl_mas.verl_engine.phases import PolicySpan, SplitWorkerGroup, prime_dispatch_layout, run_phase
 from verl_mas.verl_engine.policies import (
     PolicyActorRolloutRefWorker,
@@ -59,9 +53,6 @@ from verl_mas.verl_engine.policies import (
 )
 from verl_mas.verl_engine.routing import PolicyRoutingClient
 from verl_mas.verl_engine.timeline import append_records
-
-logger = logging.getLogger(__name__)
-MODES = ("sequential", "concurrent")  # a phase check's two runs of a phase
 
 
 class AtGrpoTrainer(PPOTrainerSync):
@@ -76,9 +67,12 @@ class AtGrpoTrainer(PPOTrainerSync):
       and load) dispatched to all policies' worker groups at once and awaited together (`phases.run_phase`), with
       each policy's time as `policy/<id>/timing_s/<phase>`, the phase's wall time as verl's `timing_s/<phase>`,
       and the spans in `mas.timeline`;
-    - a `PolicyRoutingClient` for the agent loop, so each role's requests reach its policy's servers.
+    - a `PolicyRoutingClient` for the agent loop, so each role's requests reach its policy's servers;
+    - the `trainer_hooks:` of the config (`hooks.TrainerHook`), called at each step's events.
 
-    With one policy (router "shared") it builds exactly what verl builds; checkpoints stay in verl's layout.
+    The step is written once for any number of policies. With one policy (router "shared") the trainer builds exactly
+    what verl builds, runs each phase as verl's own call (no split dispatch, no per-policy metrics or timeline) and
+    keeps verl's checkpoint layout: `several_policies` forks only where verl's single-policy machinery differs.
     """
 
     def __init__(self, config: DictConfig):
@@ -87,7 +81,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         self.router: PolicyRouter = self.mas.policy_router()
         self.policies: dict[str, PolicyRuntime] = {}
         self._timeline = os.path.abspath(os.path.expanduser(self.mas.timeline)) if self.mas.timeline else None
-        self._phase_checked = False
+        self.hooks: list[TrainerHook] = load_trainer_hooks(config)
         super().__init__(config)
 
     @property
@@ -243,19 +237,24 @@ class AtGrpoTrainer(PPOTrainerSync):
 
     # ---------------------------------------------------------------- every policy at once
 
-    def _run_phase(
+    def run_phase(
         self,
         phase: str,
-        run: Callable[[str, SplitWorkerGroup], object],
+        run: Callable[[str, SplitWorkerGroup | None], object],
         *,
         step: int | None,
         metrics: dict | None = None,
         sequential: bool = False,
         policies: list[str] | None = None,
     ) -> dict:
-        """`phases.run_phase` over the policies (all by default): each policy's time goes to `metrics` as
-        `policy/<id>/timing_s/<phase>`, and its span to the timeline."""
+        """`run(policy, group)` for every policy (all by default), through `phases.run_phase`: each policy's worker
+        call goes out before any is awaited (`sequential`: one policy after the other), `group` being that policy's
+        split worker group; each policy's time goes to `metrics` as `policy/<id>/timing_s/<phase>`, and its span to
+        the timeline. With one policy, verl's own call: `run(policy, None)` on verl's worker groups, as verl times it.
+        """
         policies = list(self.policies) if policies is None else policies
+        if not self.several_policies:
+            return {policy: run(policy, None) for policy in policies}
         groups = {policy: self.policies[policy].actor_rollout_wg for policy in policies}
         results, spans = run_phase(policies, groups, run, sequential=sequential)
         if metrics is not None:
@@ -286,20 +285,34 @@ class AtGrpoTrainer(PPOTrainerSync):
     ) -> dict[str, KVBatchMeta]:
         """verl's `method(batch, metrics=...)` (old or ref log-prob, actor update) on every policy's rows at once."""
 
-        def run(policy: str, group: SplitWorkerGroup) -> KVBatchMeta:
+        def run(policy: str, group: SplitWorkerGroup | None) -> KVBatchMeta:
             with self._acting_as(policy, group), self._policy_metrics(policy, metrics) as policy_metrics:
                 return method(parts[policy], metrics=policy_metrics)
 
-        return self._run_phase(
+        return self.run_phase(
             phase, run, step=self.global_steps, metrics=metrics, sequential=sequential, policies=list(parts)
         )
+
+    def compute_old_log_probs(
+        self, parts: dict[str, KVBatchMeta], metrics: dict, *, sequential: bool = False
+    ) -> dict[str, KVBatchMeta]:
+        """verl's old log-probs of each policy's rows, on every policy at once (`sequential`: one after the other)."""
+        return self._policy_phase("old_log_prob", self._compute_old_log_prob, parts, metrics, sequential=sequential)
+
+    def update_actors(self, parts: dict[str, KVBatchMeta], metrics: dict, *, sequential: bool = False) -> None:
+        """verl's actor update of each policy on its rows, on every policy at once (`sequential`: one after the
+        other)."""
+        self._policy_phase("update_actor", self._update_actor, parts, metrics, sequential=sequential)
 
     def _sync_weights(self, metrics: dict | None) -> None:
         """verl's naive weight sync (`CheckpointEngineManager.update_weights`: one non-blocking `update_weights`
         call on the worker group) for every policy at once."""
 
-        def run(policy: str, group: SplitWorkerGroup) -> None:
+        def run(policy: str, group: SplitWorkerGroup | None) -> None:
             manager = self.policies[policy].checkpoint_manager
+            if group is None:  # one policy: verl's own call
+                manager.update_weights(self.global_steps)
+                return
             if manager.backend != "naive":
                 raise NotImplementedError(f"policy {policy}: weight sync backend {manager.backend!r} is not split")
             manager.actor_wg = group
@@ -308,7 +321,7 @@ class AtGrpoTrainer(PPOTrainerSync):
             finally:
                 manager.actor_wg = self.policies[policy].actor_rollout_wg
 
-        self._run_phase("update_weights", run, step=self.global_steps if metrics is not None else None, metrics=metrics)
+        self.run_phase("update_weights", run, step=self.global_steps if metrics is not None else None, metrics=metrics)
 
     @auto_await
     async def _sleep_replicas(self) -> None:
@@ -325,25 +338,19 @@ class AtGrpoTrainer(PPOTrainerSync):
     # ---------------------------------------------------------------- weight sync and checkpoints, per policy
 
     def on_init_end(self):
-        if not self.several_policies:
-            return super().on_init_end()
         self._sync_weights(metrics=None)
 
     def on_step_end(self):
-        if not self.several_policies:
-            return super().on_step_end()
         with marked_timer("update_weights", self.timing_raw, color="red"):
             self._sync_weights(metrics=self._sync_metrics())
 
     def on_sample_end(self):
-        if not self.several_policies:
-            return super().on_sample_end()
         self._sleep_replicas()
         if self.curr_step_profile:
             self._stop_rollout_profiling()
 
     def _load_checkpoint(self):
-        if not self.several_policies:  # verl's _setup loads the single policy itself
+        if not self.several_policies:  # verl's _setup loads the single policy itself, before `policies` is filled
             return super()._load_checkpoint()
 
         def run(policy: str, group: SplitWorkerGroup) -> int:
@@ -351,25 +358,23 @@ class AtGrpoTrainer(PPOTrainerSync):
                 PPOTrainerSync._load_checkpoint(self)
                 return self.global_steps
 
-        steps = self._run_phase("load_checkpoint", run, step=None)
+        steps = self.run_phase("load_checkpoint", run, step=None)
         if len(set(steps.values())) > 1:
             raise RuntimeError(f"policies resumed from different steps {steps}; their checkpoints are out of step")
         self.global_steps = next(iter(steps.values()))
 
     def _save_checkpoint(self):
-        if not self.several_policies:
-            return super()._save_checkpoint()
-
-        def run(policy: str, group: SplitWorkerGroup) -> None:
+        def run(policy: str, group: SplitWorkerGroup | None) -> None:
             with self._acting_as(policy, group), self._checkpoint_dir_of(policy):
                 PPOTrainerSync._save_checkpoint(self)
 
-        self._run_phase("save_checkpoint", run, step=self.global_steps, metrics=self._sync_metrics())
+        self.run_phase("save_checkpoint", run, step=self.global_steps, metrics=self._sync_metrics())
 
     # ---------------------------------------------------------------- one training step
 
     def _step_once(self, metrics: dict, timing_raw: dict, sample_batch_size: int) -> KVBatchMeta:
-        """verl's step with log-probs and updates run per policy on that policy's rows."""
+        """verl's step with log-probs and updates run per policy on that policy's rows, all policies at once, and
+        the trainer hooks' events around them."""
         with marked_timer("gen", timing_raw, color="red"):
             self.on_sample_begin()
             batch, off_policy_metrics = self.replay_buffer.sample(
@@ -382,19 +387,16 @@ class AtGrpoTrainer(PPOTrainerSync):
             with marked_timer("reward", timing_raw, color="yellow"):
                 batch = self._compute_reward_colocate(batch, metrics=metrics)
         parts = split_by_policy(batch, self._row_policies(batch), self.router.policies)
-        check = self._phase_check_folder()
-        if self.several_policies:
-            parts = self._log_probs_together(parts, metrics, timing_raw, check)
-        else:
-            for policy, part in parts.items():
-                with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
-                    part = self._balance_batch(part, metrics=policy_metrics)
-                    with marked_timer("old_log_prob", timing_raw, color="blue"):
-                        part = self._compute_old_log_prob(part, metrics=policy_metrics)
-                    if self.use_reference_policy:
-                        with marked_timer("ref", timing_raw, color="olive"):
-                            part = self._compute_ref_log_prob(part, metrics=policy_metrics)
-                parts[policy] = part
+        for policy, part in parts.items():
+            with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
+                parts[policy] = self._balance_batch(part, metrics=policy_metrics)
+        self._call_hooks("before_log_probs", parts)
+        with marked_timer("old_log_prob", timing_raw, color="blue"):
+            parts = self.compute_old_log_probs(parts, metrics)
+        self._call_hooks("after_log_probs", parts)
+        if self.use_reference_policy:
+            with marked_timer("ref", timing_raw, color="olive"):
+                parts = self._policy_phase("ref", self._compute_ref_log_prob, parts, metrics)
         batch = KVBatchMeta.concat(list(parts.values()))
         with marked_timer("adv", timing_raw, color="brown"):
             batch = self._compute_advantage(batch, metrics=metrics)
@@ -403,109 +405,15 @@ class AtGrpoTrainer(PPOTrainerSync):
         policy_of_row = [policy for policy, part in parts.items() for _ in range(len(part))]
         parts = split_by_policy(batch, policy_of_row, self.router.policies)
         if self.config.trainer.critic_warmup <= self.global_steps:
-            if self.several_policies:
-                for policy, part in parts.items():
-                    self._record_update(policy, part)
-                self._update_together(parts, metrics, timing_raw, check)
-            else:
-                for policy, part in parts.items():
-                    self._record_update(policy, part)
-                    with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
-                        with marked_timer("update_actor", timing_raw, color="red"):
-                            self._update_actor(part, metrics=policy_metrics)
-        if check is not None:
-            self._phase_checked = True
+            self._call_hooks("before_update", parts)
+            with marked_timer("update_actor", timing_raw, color="red"):
+                self.update_actors(parts, metrics)
+            self._call_hooks("after_update", parts)
         return batch
 
-    def _record_update(self, policy: str, part: KVBatchMeta) -> None:
-        """What `policy`'s update is about to receive, into mas.update_audit and mas.update_capture (where set)."""
-        if not (self.mas.update_audit or self.mas.update_capture):
-            return
-        data = fetch_update_batch(part)
-        if self.mas.update_audit:
-            append_update_audit(self.mas.update_audit, self.global_steps, policy, part, data)
-        if self.mas.update_capture:
-            save_update_batch(self.mas.update_capture, self.global_steps, policy, part, data)
-
-    def _log_probs_together(
-        self, parts: dict[str, KVBatchMeta], metrics: dict, timing_raw: dict, check: Path | None
-    ) -> dict[str, KVBatchMeta]:
-        """Balance each policy's rows, then old (and ref) log-probs on every policy at once."""
-        for policy, part in parts.items():
-            with self._acting_as(policy), self._policy_metrics(policy, metrics) as policy_metrics:
-                parts[policy] = self._balance_batch(part, metrics=policy_metrics)
-        if check is not None:  # the reference: one policy after the other, its metrics and timings dropped
-            self._policy_phase("old_log_prob", self._compute_old_log_prob, parts, {}, sequential=True)
-            self._keep_old_log_probs(check, parts, "sequential")
-        with marked_timer("old_log_prob", timing_raw, color="blue"):
-            parts = self._policy_phase("old_log_prob", self._compute_old_log_prob, parts, metrics)
-        if check is not None:
-            self._keep_old_log_probs(check, parts, "concurrent")
-        if self.use_reference_policy:
-            with marked_timer("ref", timing_raw, color="olive"):
-                parts = self._policy_phase("ref", self._compute_ref_log_prob, parts, metrics)
-        return parts
-
-    def _update_together(
-        self, parts: dict[str, KVBatchMeta], metrics: dict, timing_raw: dict, check: Path | None
-    ) -> None:
-        """Every policy's actor update at once. With a phase check, first the sequential reference from the same
-        state (saved before, restored after it), so training goes on from the concurrent update."""
-        if check is not None:
-            self._check_checkpoints(check, "before", save=True)
-            self._policy_phase("update_actor", self._update_actor, parts, {}, sequential=True)
-            self._check_checkpoints(check, "sequential", save=True)
-            self._check_checkpoints(check, "before", save=False)
-        with marked_timer("update_actor", timing_raw, color="red"):
-            self._policy_phase("update_actor", self._update_actor, parts, metrics)
-        if check is not None:
-            self._check_checkpoints(check, "concurrent", save=True)
-            self._write_phase_check(check, list(parts))
-
-    # ---------------------------------------------------------------- mas.phase_check: concurrent == sequential
-
-    def _phase_check_folder(self) -> Path | None:
-        """Where this step's phase check goes: mas.phase_check, in the first step this launch trains (several
-        policies only), else None."""
-        if not (self.mas.phase_check and self.several_policies) or self._phase_checked:
-            return None
-        return Path(os.path.abspath(os.path.expanduser(self.mas.phase_check)))
-
-    def _keep_old_log_probs(self, check: Path, parts: dict[str, KVBatchMeta], mode: str) -> None:
-        for policy, part in parts.items():
-            data = tq.kv_batch_get(keys=part.keys, partition_id=part.partition_id, select_fields=["old_log_probs"])
-            (check / policy).mkdir(parents=True, exist_ok=True)
-            rows = [row.detach().clone() for row in data["old_log_probs"].unbind()]
-            torch.save(rows, check / policy / f"old_log_probs_{mode}.pt")
-
-    def _check_checkpoints(self, check: Path, name: str, *, save: bool) -> None:
-        """Save every policy's actor state (model, optimizer, lr schedule, rng) to, or load it from,
-        <check>/<policy>/<name>/actor, all policies at once."""
-
-        def run(policy: str, group: SplitWorkerGroup) -> None:
-            path = str(check / policy / name / "actor")
-            if save:
-                group.save_checkpoint(path, None, self.global_steps, max_ckpt_to_keep=None)
-            else:
-                group.load_checkpoint(path, None, del_local_after_load=False)
-
-        self._run_phase(f"phase_check_{'save' if save else 'load'}", run, step=self.global_steps)
-
-    def _write_phase_check(self, check: Path, policies: list[str]) -> None:
-        """<check>/summary.json: per policy, the largest difference between the sequential and the concurrent old
-        log-probs and updated weights (0.0 when they are equal)."""
-        summary = {"step": self.global_steps, "policies": {}}
-        for policy in policies:
-            folder = check / policy
-            sequential, concurrent = (torch.load(folder / f"old_log_probs_{mode}.pt") for mode in MODES)
-            differences = [float((a - b).abs().max()) for a, b in zip(sequential, concurrent, strict=True)]
-            summary["policies"][policy] = {
-                "old_log_prob_max_abs_diff": max(differences, default=0.0),
-                "weight_max_abs_diff": checkpoint_difference(folder / "sequential", folder / "concurrent"),
-                "update_changed_weights": checkpoint_difference(folder / "before", folder / "concurrent") > 0,
-            }
-        (check / "summary.json").write_text(json.dumps(summary, indent=1))
-        logger.warning("mas.phase_check at step %s: %s", self.global_steps, summary["policies"])
+    def _call_hooks(self, event: str, parts: dict[str, KVBatchMeta]) -> None:
+        for hook in self.hooks:
+            getattr(hook, event)(self, parts)
 
     @contextlib.contextmanager
     def _policy_metrics(self, policy: str, metrics: dict) -> Iterator[dict]:
@@ -565,19 +473,3 @@ class AtGrpoTrainer(PPOTrainerSync):
         nested = TensorDict({k: response_to_nested(v, nested_mask) for k, v in out.items()}, batch_size=len(batch))
         metrics.update(sample_metrics(tags, self.mas.grouping))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=nested)
-
-
-def checkpoint_difference(first: Path, second: Path) -> float:
-    """The largest |difference| between two verl actor checkpoints' model weights (every rank's shard file)."""
-    names = sorted(path.name for path in (first / "actor").glob("model_world_size_*_rank_*.pt"))
-    if not names:
-        raise FileNotFoundError(f"no model shards under {first / 'actor'}")
-    largest = 0.0
-    for name in names:
-        a, b = (torch.load(root / "actor" / name, map_location="cpu", weights_only=False) for root in (first, second))
-        if a.keys() != b.keys():
-            raise ValueError(f"{name}: the two checkpoints hold different parameters")
-        for key, tensor in a.items():
-            x, y = (t.to_local() if hasattr(t, "to_local") else t for t in (tensor, b[key]))
-            largest = max(largest, float((x.float() - y.float()).abs().max()) if x.numel() else 0.0)
-    return largest

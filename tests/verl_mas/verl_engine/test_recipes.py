@@ -299,6 +299,10 @@ def test_base_config_checks_and_fills_in_the_agent_loop_file(base_config):
             {"data.val_files": "/nowhere/eval.parquet"},
             r"^data\.val_files: /nowhere/eval\.parquet: no such dataset file",
         ),
+        (
+            {"trainer_hooks": {"audit": {"_target_": "verl_mas.verl_engine.diagnostics.UpdateAuditor", "audit": "a"}}},
+            r"^trainer_hooks\.audit\._target_: cannot import 'verl_mas\.verl_engine\.diagnostics\.UpdateAuditor'",
+        ),
     ],
 )
 def test_check_config_fails_at_start_naming_the_key(base_config, changes, message):
@@ -374,8 +378,8 @@ def test_cfg_job_prints_the_composed_recipe_without_ray(tmp_path):
         "grouping": "task_role_turn",
         "policies": {},
         "max_infra_failure_share": 0.1,
-        "update_audit": None,
     }
+    assert OmegaConf.to_container(printed.trainer_hooks) == {}
     assert printed.algorithm.adv_estimator == "at_grpo"
     assert not (tmp_path / "outputs").exists()  # --cfg job starts nothing and writes nothing
 
@@ -442,3 +446,18 @@ def test_a_bad_key_prints_one_line_and_no_traceback(tmp_path):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and "Error executing job" not in result.stderr
     assert "verl_mas.main: mas.rollout.k must be >= 1, got 0" in result.stderr
+
+
+def test_a_bad_trainer_hook_path_fails_at_start_naming_the_key(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "verl_mas.main", "+trainer_hooks.check._target_=verl_mas.verl_engine.PhaseCheck"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and "Error executing job" not in result.stderr
+    assert (
+        "verl_mas.main: trainer_hooks.check._target_: cannot import 'verl_mas.verl_engine.PhaseCheck'" in result.stderr
+    )

@@ -14,18 +14,16 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
-from verl_mas.verl_engine import batch as batch_module
+from verl_mas.verl_engine import diagnostics
 from verl_mas.verl_engine.batch import (
     SampleTags,
     at_grpo_advantages,
-    fetch_update_batch,
     reward_scores,
     sample_metrics,
-    save_update_batch,
     split_by_policy,
-    update_audit_record,
 )
 from verl_mas.verl_engine.config import MasConfig
+from verl_mas.verl_engine.diagnostics import UpdateRecorder, fetch_update_batch, save_update_batch, update_audit_record
 from verl_mas.verl_engine.trainer import AtGrpoTrainer
 
 R3 = 1 / math.sqrt(3)
@@ -267,20 +265,21 @@ def test_the_audit_and_the_capture_share_one_fetch_of_the_update_batch(transfer_
         keys=stored.keys, tags=[{}, {}], partition_id=stored.partition_id, fields=["response_mask", "advantages"]
     )
     fetches = []
-    fetch = batch_module.tq.kv_batch_get
-    monkeypatch.setattr(batch_module.tq, "kv_batch_get", lambda **kw: fetches.append(kw) or fetch(**kw))
+    fetch = diagnostics.tq.kv_batch_get
+    monkeypatch.setattr(diagnostics.tq, "kv_batch_get", lambda **kw: fetches.append(kw) or fetch(**kw))
     audit, capture = tmp_path / "audit.jsonl", tmp_path / "cap"
-    trainer = SimpleNamespace(mas=SimpleNamespace(update_audit=str(audit), update_capture=str(capture)), global_steps=3)
-    AtGrpoTrainer._record_update(trainer, "plan", part)
+    trainer = SimpleNamespace(global_steps=3)
+    UpdateRecorder(audit=str(audit), capture=str(capture)).before_update(trainer, {"plan": part})
     assert len(fetches) == 1 and fetches[0]["select_fields"] == ["response_mask", "advantages", "extra_fields"]
     (record,) = [json.loads(line) for line in audit.read_text().splitlines()]
     assert [row["advantage"] for row in record["rows"]] == [0.0, 1.0]
     assert record["fields"] == ["advantages", "response_mask"]
     saved = torch.load(capture / "step_3" / "plan.pt")
     assert sorted(saved["tensors"]) == ["advantages", "response_mask"]
-    trainer.mas = SimpleNamespace(update_audit=None, update_capture=None)
-    AtGrpoTrainer._record_update(trainer, "plan", part)
-    assert len(fetches) == 1  # neither on: nothing fetched
+    trainer.global_steps = 4
+    UpdateRecorder(audit=str(audit)).before_update(trainer, {"plan": part})
+    assert len(fetches) == 2 and [json.loads(line)["step"] for line in audit.read_text().splitlines()] == [3, 4]
+    assert sorted(p.name for p in capture.iterdir()) == ["step_3"]  # the audit alone captures nothing
 
 
 def test_a_row_the_judge_could_not_run_is_in_no_group_and_counted():
