@@ -1,17 +1,17 @@
 """What a code design's warm starts play like before RL: each seed's step-0 held-out readings, their mean and SE.
 
 Reads each run's step-0 evaluation row from `RUNS/code/seedS/ARM/metrics.jsonl` and writes, per reading, the per-seed
-values, mean, standard error and 95% t interval (`learning.difference_summary`): greedy and sampled success, the share
-of sampled episodes whose first program solves the task, what the second turn adds (sampled success minus that share),
-and the tester's first-turn shares (catch, credited, replies with a case the correct program fails).
+values, mean, standard error and 95% t interval (`research.stats.difference_summary`): greedy and sampled success, the
+share of sampled episodes whose first program solves the task, what the second turn adds (sampled success minus that
+share), and the tester's first-turn shares (catch, credited, replies with a case the correct program fails).
 
-    .venv/bin/python experiments/before_rl.py --runs runs/code_nm --seeds 20 21 22 \\
-        --out docs/results/some_folder/before_rl.json
+    python -m research.code_tester.before_rl --runs runs/code_nm --seeds 20 21 22 \\
+        --out research/code_tester/data/before_rl.json
 
 With `--admit-cost C` it writes nothing and prints the seeds whose warm start leaves the room a design set before its
 runs: the second turn costs at least C of sampled success (what it adds is -C or less), read before any RL.
 
-    .venv/bin/python experiments/before_rl.py --runs runs/code_room_screen --seeds 30 --admit-cost 0.10
+    python -m research.code_tester.before_rl --runs runs/code_room_screen --seeds 30 --admit-cost 0.10
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import learning  # noqa: E402  (the harness's mean, SE and t interval, in the same folder)
+from research.stats import difference_summary
 
 ARM = "at_grpo_catch_share"
 SAMPLED = "eval_sampled/"
@@ -62,7 +61,7 @@ def step0_row(runs: Path, seed: int, arm: str) -> dict:
 
 def before_rl(runs: Path, seeds: Sequence[int], arm: str) -> dict:
     rows = [step0_row(runs, seed, arm) for seed in seeds]
-    return {name: learning.difference_summary([read(row) for row in rows]) for name, read in READINGS.items()}
+    return {name: difference_summary([read(row) for row in rows]) for name, read in READINGS.items()}
 
 
 def admitted(runs: Path, seeds: Sequence[int], arm: str, cost: float) -> list[int]:
@@ -72,7 +71,11 @@ def admitted(runs: Path, seeds: Sequence[int], arm: str, cost: float) -> list[in
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m research.code_tester.before_rl",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--runs", type=Path, required=True)
     parser.add_argument("--seeds", type=int, nargs="+", required=True)
     parser.add_argument("--arm", default=ARM)
@@ -89,7 +92,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--seeds needs at least 2 seeds for a standard error")
     table = before_rl(args.runs, args.seeds, args.arm)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    record = {"command": " ".join(["python", "experiments/before_rl.py", *(argv or sys.argv[1:])]), "readings": table}
+    record = {
+        "command": " ".join(["python", "-m", "research.code_tester.before_rl", *(argv or sys.argv[1:])]),
+        "readings": table,
+    }
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     for name, entry in table.items():
         print(f"{name}: {entry['mean']:.3f} (SE {entry['se']:.3f})")

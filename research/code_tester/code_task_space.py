@@ -1,11 +1,11 @@
 """How many distinct arithmetic programs the code runs' task sets hold, and how many the warm start already showed.
 
 Each arithmetic task is one expression with fresh inputs, so two tasks with the same expression ask for the same
-program. For each `terms` setting this counts the distinct expressions of the held-out tasks, the warm start's tasks
-and the RL steps' tasks (the same draws as `learning.py`'s runs: `split_tasks` with the run's seed and options), and
+program. For each `terms` setting this counts the distinct expressions of the held-out tasks, the warm start's tasks and
+the RL steps' tasks (the same draws as the learning harness's runs: `split_tasks` with the run's seed and options), and
 the share of RL tasks whose expression the warm start's data already held. No training; prints a Markdown table.
 
-    .venv/bin/python experiments/code_task_space.py --seeds 0 1 2 --terms 1 2
+    python -m research.code_tester.code_task_space --seeds 0 1 2 --terms 1 2
 """
 
 from __future__ import annotations
@@ -77,7 +77,11 @@ def table(spaces: Sequence[TaskSpace], warm_tasks: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m research.code_tester.code_task_space",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--terms", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--eval-tasks", type=int, default=64)

@@ -1,11 +1,11 @@
 """The code tester's reward rules in training: catch_share against credit_share (docs/code.md), and the single agent.
 
-On `learning.py`'s harness (one warm start per seed, shared by the team arms; the single agent's own), three arms:
-`at_grpo_credit_share` (the earlier rule), `at_grpo_catch_share` (the default) and `single_grpo`; on request
-`at_grpo_per_role` (catch_share, one model per role, both from the team's warm start) and
-`at_grpo_catch_share_centred` (catch_share with advantages not divided by the group's std). Besides held-out success, it
-records what the tester's replies are worth at every training step and evaluation, from each tester
-move's `info` (`TesterRecorder`), into the runs' `metrics.jsonl`:
+On the learning harness (`research/harness.py`: one warm start per seed, shared by the team arms; the single agent's
+own), three arms: `at_grpo_credit_share` (the earlier rule), `at_grpo_catch_share` (the default) and `single_grpo`;
+on request `at_grpo_per_role` (catch_share, one model per role, both from the team's warm start) and
+`at_grpo_catch_share_centred` (catch_share with advantages not divided by the group's std). Besides held-out
+success, it records what the tester's replies are worth at every training step and evaluation, from each tester
+move's `info` (`TesterRecorder`, a run callback), into the runs' `metrics.jsonl`:
 
 - `<prefix>/tester/catch_share`: the share of the known-wrong programs that a reply's valid cases catch (an
   unreadable reply 0; tasks without a known-wrong program left out);
@@ -16,14 +16,24 @@ move's `info` (`TesterRecorder`), into the runs' `metrics.jsonl`:
   ones every episode has);
 
 with prefix `rollout` (the training step's samples), `eval` (greedy) and `eval_sampled`. Both rules' figures are
-recorded in every arm, whichever rule it trains on. It writes learning.py's table (`OUT.md`) and `OUT/tester.md`:
+recorded in every arm, whichever rule it trains on. It writes the harness's table (`OUT.md`) and `OUT/tester.md`:
 each arm's held-out gain through RL (every seed's run against its own warm start), paired differences between every
 two arms (success, and the tester's shares) and the shares over training. With `--until STEP` it trains nothing and
 writes the same report as of one step (`OUT/tester_stepSTEP.md`, `.json`, `tester_catch_stepSTEP.png`), over the runs
 with an evaluation at that step.
 
-    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python experiments/code_tester.py --seeds 0 1 2 3 progress=false
-    .venv/bin/python experiments/code_tester.py --seeds 0 1 2 3 --collect   # the tables from what is saved
+    OMP_NUM_THREADS=1 nice -n 10 python -m research.code_tester --seeds 0 1 2 3 progress=false
+    python -m research.code_tester --seeds 0 1 2 3 --collect   # the tables from what is saved
+
+The gain table also reads the coder: its first turn's local reward (greedy; the share of hidden cases its program
+passes, -0.5 for none that compiles); held-out success split in two, greedy and sampled: the share of tasks the first
+program solves and what the second turn adds to it (fixes minus breaks, the only way the tester's cases move
+success); and, over the episodes that reach a second turn, the share of its second-turn replies with no program that
+compiles. key=value items override the script's defaults (`DEFAULT_OVERRIDES`).
+
+The study's other scripts: `python -m research.code_tester.before_rl` (a design's step-0 readings per seed),
+`.reevaluate` (warm starts evaluated again: regression to the mean), `.tester_copies` (what the tester copies from
+the shown examples) and `.code_task_space` (how many programs the tasks ask for); each has its own --help.
 """
 
 from __future__ import annotations
@@ -33,27 +43,26 @@ import itertools
 import json
 import shlex
 import statistics
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import learning  # noqa: E402  (the harness this experiment runs on, in the same folder)
-
-from verl_mas import rollout as verl_mas_rollout  # noqa: E402
-from verl_mas.env import INFRA_FAILURE  # noqa: E402
-from verl_mas.local import train as local_train  # noqa: E402
-from verl_mas.local.reporting import METRICS_FILE, read_metrics  # noqa: E402
+from research import harness
+from research.stats import difference_summary, markdown_table, number, summary_text
+from verl_mas.env import INFRA_FAILURE
+from verl_mas.local.callbacks import RunCallbacks
+from verl_mas.local.reporting import METRICS_FILE, read_metrics
+from verl_mas.local.train import LocalRun
+from verl_mas.rollout import EpisodeResult
 
 ENV = "code"
-DEFAULT_OUT = learning.REPO / "runs" / "code_tester"
+DEFAULT_OUT = harness.REPO / "runs" / "code_tester"
 ARMS = ("at_grpo_credit_share", "at_grpo_catch_share", "single_grpo")
 # on request: one model per role (the env's default rule, catch_share), so the coder's updates cannot move the tester's;
 # and catch_share without the std division, which makes a small reward gap inside a group a unit-sized advantage
 OPTIONAL_ARMS = ("at_grpo_per_role", "at_grpo_catch_share_centred")
-# learning.py's code settings (one operation on two integers, brief prompts, two turns), with the examples shown in
+# the harness's code settings (one operation on two integers, brief prompts, two turns), with the examples shown in
 # the brief prompts so that the tester's expert cases follow from what it sees; key=value arguments override them.
 DEFAULT_OVERRIDES = [
     "env_options.brief_examples=true",
@@ -95,37 +104,18 @@ def tester_shares_by_turn(moves: Sequence[tuple[int, bool, dict[str, Any]]]) -> 
     return shares
 
 
-class TesterRecorder:
-    """Adds the tester's `SHARES` to the local engine's rollout metrics: every sample's step result is kept as the
-    rollout makes it (replays of a chosen move make no sample), from the start of a `LocalRun.rollout` (the warm
-    start's expert rollouts make samples too) to the rollout metrics made of it."""
+class TesterRecorder(RunCallbacks):
+    """A run callback: adds the tester's `SHARES` (over all turns and per turn) to every recorded rollout's metrics,
+    from the `info` of each tester move that made a sample (replays of a chosen move make none)."""
 
-    def __init__(self) -> None:
-        self.moves: list[tuple[int, bool, dict[str, Any]]] = []  # (turn, valid, info) of every tester move
-        self.make_sample = verl_mas_rollout._make_sample
-        self.rollout_metrics = local_train.rollout_metrics
-        self.rollout = local_train.LocalRun.rollout
-
-    def install(self) -> None:
-        verl_mas_rollout._make_sample = self.recording_make_sample
-        local_train.rollout_metrics = self.metrics_with_shares
-        recorder = self
-
-        def rollout(run, *args, **kwargs):
-            recorder.moves = []
-            return recorder.rollout(run, *args, **kwargs)
-
-        local_train.LocalRun.rollout = rollout
-
-    def recording_make_sample(self, task, req, turn, branch, gen, step, reward, cont):
-        if req.role == "tester":
-            self.moves.append((turn, step.valid, dict(step.info)))
-        return self.make_sample(task, req, turn, branch, gen, step, reward, cont)
-
-    def metrics_with_shares(self, results, prefix: str = "rollout") -> dict[str, float]:
-        shares = tester_shares_by_turn(self.moves)
-        self.moves = []
-        return self.rollout_metrics(results, prefix) | {f"{prefix}/tester/{k}": v for k, v in shares.items()}
+    def rollout(self, run: LocalRun, prefix: str, results: Sequence[EpisodeResult]) -> dict[str, float]:
+        moves = [
+            (sample.turn, sample.valid, dict(info))
+            for result in results
+            for sample, info in zip(result.samples, result.move_infos, strict=True)
+            if sample.role == "tester"
+        ]
+        return {f"{prefix}/tester/{k}": v for k, v in tester_shares_by_turn(moves).items()}
 
 
 def history(out: Path, arm: str, seed: int, until: int | None = None) -> list[dict[str, Any]]:
@@ -193,13 +183,13 @@ def paired_rows(runs: Runs) -> list[dict[str, Any]]:
         for metric in PAIRED:
             both = [s for s in seeds if all(evaluated[x, s] and metric in evaluated[x, s][1] for x in (a, b))]
             differences = [evaluated[b, s][1][metric] - evaluated[a, s][1][metric] for s in both]
-            row = {"pair": f"{b} - {a}", "metric": metric, "seeds": both, **learning.difference_summary(differences)}
+            row = {"pair": f"{b} - {a}", "metric": metric, "seeds": both, **difference_summary(differences)}
             rows.append(row)
         for metric in ("eval/success", "eval_sampled/success"):
             both = [s for s in seeds if all(evaluated[x, s] and has(evaluated[x, s], metric) for x in (a, b))]
             gains = {x: [evaluated[x, s][1][metric] - evaluated[x, s][0][metric] for s in both] for x in (a, b)}
             differences = [gb - ga for ga, gb in zip(gains[a], gains[b], strict=True)]
-            summary = learning.difference_summary(differences)
+            summary = difference_summary(differences)
             rows.append({"pair": f"{b} - {a}", "metric": f"gain of {metric}", "seeds": both, **summary})
     return rows
 
@@ -243,7 +233,7 @@ def gain_rows(runs: Runs) -> list[dict[str, Any]]:
         for metric in GAINED:
             both = [s for s in seeds if evaluated[s] and has(evaluated[s], metric)]
             gains = [evaluated[s][1][metric] - evaluated[s][0][metric] for s in both]
-            rows.append({"arm": arm, "metric": metric, "seeds": both, **learning.difference_summary(gains)})
+            rows.append({"arm": arm, "metric": metric, "seeds": both, **difference_summary(gains)})
     return rows
 
 
@@ -260,7 +250,7 @@ def share_rows(runs: Runs, width: int) -> list[dict[str, Any]]:
             late = [v for r, _ in evaluated if (v := training_window(r, key, False, width)) is not None]
             sampled = f"eval_sampled/tester/{share}"
             pairs = [(ends[0][sampled], ends[1][sampled]) for _, ends in evaluated if has(ends, sampled)]
-            change = learning.difference_summary([after - before for before, after in pairs])
+            change = difference_summary([after - before for before, after in pairs])
             if not (early or pairs):
                 continue
             rows.append(
@@ -312,7 +302,7 @@ def curve_lines(found: dict[str, dict[str, list[list[float]]]]) -> list[str]:
         for name, points in names.items():
             at = {int(step): value for step, value in points}
             table.append([arm, name, *(f"{at[step]:.2f}" if step in at else "-" for step in steps)])
-    return ["## The tester's replies at every training step (mean over seeds)", "", learning.markdown_table(table), ""]
+    return ["## The tester's replies at every training step (mean over seeds)", "", markdown_table(table), ""]
 
 
 def report_lines(
@@ -328,16 +318,16 @@ def report_lines(
     for row in gains:
         if row["seeds"]:
             per_seed = " ".join(f"{d:+.3f}" for d in row["per_seed"])
-            table.append([row["arm"], row["metric"], str(len(row["seeds"])), learning.summary_text(row), per_seed])
+            table.append([row["arm"], row["metric"], str(len(row["seeds"])), summary_text(row), per_seed])
     lines += ["## Held-out gain through RL (each seed's run against its own warm start)", ""]
-    lines += [learning.markdown_table(table), ""]
+    lines += [markdown_table(table), ""]
     table = [["arm - other arm", "metric", "seeds", "mean (SE) [95% interval]", "per seed"]]
     for row in paired:
         if row["seeds"]:
             per_seed = " ".join(f"{d:+.3f}" for d in row["per_seed"])
-            table.append([row["pair"], row["metric"], str(len(row["seeds"])), learning.summary_text(row), per_seed])
+            table.append([row["pair"], row["metric"], str(len(row["seeds"])), summary_text(row), per_seed])
     at = "the last evaluation" if until is None else f"the evaluation at step {until}"
-    lines += [f"## Paired differences at {at} (same seed)", "", learning.markdown_table(table), ""]
+    lines += [f"## Paired differences at {at} (same seed)", "", markdown_table(table), ""]
     table = [["arm", "share", "seeds", f"training, first {width} steps", f"training, last {width} steps"]]
     table[0] += ["held-out sampled, before RL", "after", "change: mean (SE) [95% interval]"]
     for row in shares:
@@ -346,14 +336,14 @@ def report_lines(
                 row["arm"],
                 row["share"],
                 str(row["seeds"]),
-                learning.number(row["train_first"]),
-                learning.number(row["train_last"]),
-                learning.number(row["eval_before"]),
-                learning.number(row["eval_after"]),
-                learning.summary_text(row["eval_change"]) if row["eval_change"]["n"] else "-",
+                number(row["train_first"]),
+                number(row["train_last"]),
+                number(row["eval_before"]),
+                number(row["eval_after"]),
+                summary_text(row["eval_change"]) if row["eval_change"]["n"] else "-",
             ]
         )
-    lines += ["## The tester's shares (mean over seeds)", "", learning.markdown_table(table), ""]
+    lines += ["## The tester's shares (mean over seeds)", "", markdown_table(table), ""]
     return lines
 
 
@@ -379,7 +369,11 @@ def plot_shares(runs: Runs, arms: Sequence[str], path: Path) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m research.code_tester",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3], help="default: 0-3")
     parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="RL steps of every arm (default: %(default)s)")
     arms_help = "default: the first three"
@@ -390,7 +384,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     until_help = "train nothing: report the runs with an evaluation at this step as of it, into OUT/tester_stepN.*"
     parser.add_argument("--until", type=int, help=until_help)
     parser.add_argument("overrides", nargs="*", help="key=value training overrides, after the defaults above")
-    args = learning.parse_with_overrides(parser, argv)
+    args = harness.parse_with_overrides(parser, argv)
     args.out = args.out.resolve()
     if args.until is not None:
         if args.until < 0:
@@ -401,12 +395,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    TesterRecorder().install()
-    learning_argv = ["--envs", ENV, "--seeds", *map(str, args.seeds), "--steps", str(args.steps)]
-    learning_argv += ["--methods", *args.arms, "--baseline", args.arms[0], "--out", str(args.out)]
-    learning_argv += [*DEFAULT_OVERRIDES, *args.overrides] + (["--collect"] if args.collect else [])
-    command = ["python", str(Path(__file__).resolve().relative_to(learning.REPO)), *args.argv]
-    learning.main(learning_argv, command=command)
+    command = ["python", "-m", "research.code_tester", *args.argv]
+    plan = harness.Plan(
+        envs=[ENV],
+        seeds=args.seeds,
+        methods=args.arms,
+        out=args.out,
+        command=command,
+        steps=args.steps,
+        overrides=[*DEFAULT_OVERRIDES, *args.overrides],
+        baseline=args.arms[0],
+        collect=args.collect,
+    )
+    harness.run_plan(plan, callbacks=[TesterRecorder()])
     runs = Runs.read(args.out, args.arms, args.seeds, args.until)
     gains, paired, shares, found = gain_rows(runs), paired_rows(runs), share_rows(runs, args.window), curves(runs)
     report = {"command": shlex.join(command), "gains": gains, "paired": paired, "shares": shares, "curves": found}
@@ -418,7 +419,3 @@ def main(argv: list[str] | None = None) -> None:
     plot_name = "tester_catch.png" if args.until is None else f"tester_catch_step{args.until}.png"
     plot_shares(runs, team_arms, args.out / plot_name)
     print(text)
-
-
-if __name__ == "__main__":
-    main()

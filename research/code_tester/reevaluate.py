@@ -10,9 +10,9 @@ the gain measured from each, and the first program's share and the second turn's
 start. Trains nothing. With `--combine` it evaluates nothing and joins the runs of files this script wrote (runs
 re-evaluated one by one, as each finished) into one record with the summary over all of them.
 
-    OMP_NUM_THREADS=1 .venv/bin/python experiments/reevaluate.py runs/code_room/code/seed{30,31}/at_grpo_catch_share \\
-        --samples 8 --out docs/results/some_folder/reevaluated.json
-    .venv/bin/python experiments/reevaluate.py --combine runs/code_room/reeval_seed*.json --out reevaluated.json
+    OMP_NUM_THREADS=1 python -m research.code_tester.reevaluate runs/code_room/code/seed{30,31}/at_grpo_catch_share \\
+        --samples 8 --out research/code_tester/data/reevaluated.json
+    python -m research.code_tester.reevaluate --combine runs/code_room/reeval_seed*.json --out reevaluated.json
 """
 
 from __future__ import annotations
@@ -24,12 +24,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import learning  # noqa: E402  (the harness's mean, SE and t interval, in the same folder)
-
-from verl_mas.local.config import CONFIG_FILE, read_config  # noqa: E402
-from verl_mas.local.evaluate import EvalConfig, evaluate  # noqa: E402
-from verl_mas.local.reporting import METRICS_FILE, read_metrics  # noqa: E402
+from research.stats import difference_summary
+from verl_mas.local.config import CONFIG_FILE, read_config
+from verl_mas.local.evaluate import EvalConfig, evaluate
+from verl_mas.local.reporting import METRICS_FILE, read_metrics
 
 SUCCESS = "eval_sampled/success"
 FIRST_PROGRAM = "eval_sampled/coder/turn0/team_reward"
@@ -61,7 +59,11 @@ def reevaluate(run: Path, samples: int) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m research.code_tester.reevaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with config.json and metrics.jsonl)")
     parser.add_argument("--samples", type=int, default=8, help="sampled episodes a task (default: %(default)s)")
     parser.add_argument("--combine", action="store_true", help="the arguments are files this script wrote: join them")
@@ -69,7 +71,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.samples < 1:
         parser.error(f"--samples must be >= 1, got {args.samples}")
-    command = " ".join(["python", "experiments/reevaluate.py", *(argv if argv is not None else sys.argv[1:])])
+    command = " ".join(
+        ["python", "-m", "research.code_tester.reevaluate", *(argv if argv is not None else sys.argv[1:])]
+    )
     if args.combine:
         records = [json.loads(path.read_text()) for path in args.runs]
         samples = {record["samples"] for record in records}
@@ -112,7 +116,7 @@ def write_record(out: Path, command: str, samples: int, per_run: list[dict]) -> 
         "command": command,
         "samples": samples,
         "runs": per_run,
-        "summary": {key: learning.difference_summary([run[key] for run in per_run]) for key in readings},
+        "summary": {key: difference_summary([run[key] for run in per_run]) for key in readings},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1) + "\n")

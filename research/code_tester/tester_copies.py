@@ -12,8 +12,8 @@ coder's first programs are sampled beside them and compared with the reference's
 is a saved model folder (a warm start) or a run folder of the local engine, whose latest checkpoint is read. Trains
 nothing.
 
-    OMP_NUM_THREADS=1 .venv/bin/python experiments/tester_copies.py runs/code_b128/code/seed30/warm_start_team \\
-        --tasks 64 --samples 8 --out docs/results/some_folder/tester_copies.json
+    OMP_NUM_THREADS=1 python -m research.code_tester.tester_copies runs/code_b128/code/seed30/warm_start_team \\
+        --tasks 64 --samples 8 --out research/code_tester/data/tester_copies.json
 """
 
 from __future__ import annotations
@@ -184,7 +184,11 @@ def shares(reading: ModelReading) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m research.code_tester.tester_copies",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("models", nargs="+", help="saved model folders (warm starts) or local-engine run folders")
     parser.add_argument("--tasks", type=int, default=64, help="held-out tasks (default: %(default)s)")
     parser.add_argument("--samples", type=int, default=8, help="replies a task and role (default: %(default)s)")
@@ -205,7 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {name}: {value:.3f}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        command = " ".join(["python", "experiments/tester_copies.py", *(argv if argv is not None else sys.argv[1:])])
+        command = " ".join(
+            ["python", "-m", "research.code_tester.tester_copies", *(argv if argv is not None else sys.argv[1:])]
+        )
         args.out.write_text(json.dumps({"command": command, "env_options": ENV_OPTIONS, "models": results}, indent=1))
     return 0
 

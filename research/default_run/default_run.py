@@ -1,15 +1,16 @@
-"""The default run (`make run`): `record` runs and times it into docs/results/default_run.json; `check` compares a run.
+"""The default run (`make run`): `record` runs and times it into research/default_run/data/default_run.json; `check`
+compares a run.
 
-    .venv/bin/python benchmarks/default_run.py record            # as long as `make run`
-    .venv/bin/python benchmarks/default_run.py check runs/default [--log make_run.log]
-    .venv/bin/python benchmarks/default_run.py show              # the figures as the docs quote them
+    python -m research.default_run record            # as long as `make run`
+    python -m research.default_run check runs/default [--log make_run.log]
+    python -m research.default_run show              # the figures as the docs quote them
 
 `record` runs `.venv/bin/verl-mas train` with no overrides, exactly as `make run` does, from a fresh temporary folder
 (so its outputs land in that folder's runs/default/ and a user's own runs/default/ is left alone), and writes the
-figures the README and docs/results quote: date, command, machine (cores, torch and its threads, the load on the
+figures the README and the study's page quote: date, command, machine (cores, torch and its threads, the load on the
 machine before, during and after), wall time, held-out success before and after RL with counts and standard errors,
 the evaluation curve, the training rollouts' first and last 50 steps, and the median step's time split. It copies the
-run's learning curve to docs/results/default_learning_curve.png.
+run's learning curve to research/default_run/data/default_learning_curve.png.
 
 `check RUN_DIR` recomputes the same figures from a run's config.json and metrics.jsonl (and, with --log, finds the
 summary lines `make run` printed) and compares them with the JSON: the run is bit-reproducible for the same seed,
@@ -36,9 +37,9 @@ from pathlib import Path
 
 from verl_mas.local.reporting import read_metrics  # light: this script's `show` and `check` import no torch
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "docs" / "results" / "default_run.json"
-CURVE = REPO / "docs" / "results" / "default_learning_curve.png"
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).resolve().parent / "data" / "default_run.json"
+CURVE = RESULTS.parent / "default_learning_curve.png"
 COMMAND = [".venv/bin/verl-mas", "train"]
 RUN_DIR = Path("runs/default")  # the default output_dir, relative to where the command runs
 # The step's parts as metrics.jsonl names them (time/<part>_s), in the order they happen.
@@ -248,7 +249,7 @@ def record(args: argparse.Namespace) -> None:
     result = {
         "date": started_at.date().isoformat(),
         "started_utc": started_at.isoformat(timespec="seconds"),
-        "command": "make run (= " + " ".join(COMMAND) + ", no overrides; run by benchmarks/default_run.py record)",
+        "command": "make run (= " + " ".join(COMMAND) + ", no overrides; run by python -m research.default_run record)",
         "machine": machine
         | {
             "load_average_before": list(load_before),
@@ -345,8 +346,10 @@ def report(record: dict, recorded: dict | None = None) -> str:
     return "\n".join([*lines, line])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m research.default_run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="run the default as `make run` does and write " + str(RESULTS.name))
     rec.add_argument(
@@ -356,7 +359,7 @@ def main() -> None:
     chk.add_argument("run_dir", type=Path)
     chk.add_argument("--log", type=Path, help="the output `make run` printed, to find its summary lines in")
     sub.add_parser("show", help="print the figures of " + str(RESULTS.name) + " as the docs quote them")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     {"record": record, "check": check, "show": show}[args.command](args)
 
 

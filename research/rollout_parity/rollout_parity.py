@@ -1,14 +1,14 @@
 """Benchmark: do verl's rollouts (vLLM on CPU, the `mas_agent` loop) draw what the local engine's rollouts draw?
 
 Both engines run `--steps` steps at a learning rate of 1e-12 (Adam moves a weight by about that much a step, so the
-policy stays fixed; 0 is refused) from `bench_verl_learning.py`'s warm start, on the same boards in the same order
+policy stays fixed; 0 is refused) from `research.verl_learning`'s warm start, on the same boards in the same order
 (`data.shuffle=false`), so every step samples one policy on the same 16 boards in both engines. Per step, each
 engine logs per-role rewards, invalid-move shares and zero-variance group shares, and per turn the samples (how many
 tasks reached that turn, times K and the roles) and the mean reward. The report is, per metric, the mean over steps
 of (verl - local) with its standard error over steps: a difference beyond noise is a difference in how the engines
 sample or score, with the weights and boards held equal.
 
-    OMP_NUM_THREADS=1 python benchmarks/bench_rollout_parity.py --steps 30
+    OMP_NUM_THREADS=1 python -m research.rollout_parity --steps 30
 """
 
 from __future__ import annotations
@@ -16,22 +16,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from verl_mas.dataset import write_dataset
-from verl_mas.env import Workflow, make_env
-from verl_mas.local.export import export_policies
-from verl_mas.local.train import train
-from verl_mas.overrides import apply_overrides
-from verl_mas.verl_engine.cpu_run import run_on_cpu
-
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_verl_learning import (  # noqa: E402  (a sibling script)
-    ROOT,
+from research.verl_learning.verl_learning import (
     WORK,
     finite_or_null,
     local_config,
@@ -40,8 +30,14 @@ from bench_verl_learning import (  # noqa: E402  (a sibling script)
     verl_command,
     with_keys,
 )
+from verl_mas.dataset import write_dataset
+from verl_mas.env import Workflow, make_env
+from verl_mas.local.export import export_policies
+from verl_mas.local.train import train
+from verl_mas.overrides import apply_overrides
+from verl_mas.verl_engine.cpu_run import run_on_cpu
 
-RESULTS = ROOT / "docs" / "results" / "rollout_parity.json"
+RESULTS = Path(__file__).resolve().parent / "data" / "rollout_parity.json"
 FROZEN_LR = 1e-12
 
 
@@ -110,16 +106,20 @@ def compare(
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m research.rollout_parity",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--tasks-per-step", type=int, default=16)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=3600)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    # bench_verl_learning's settings (its evaluation is not run here; one eval task keeps the local run light)
+    # research.verl_learning's settings (its evaluation is not run here; one eval task keeps the local run light)
     args.router, args.eval_tasks, args.eval_every, args.threads = "shared", 1, args.steps, 1
     work = WORK / "rollout_parity"
     config = apply_overrides(local_config(args, work / "local"), {"update": {"lr": FROZEN_LR}, "checkpoint_every": 0})
@@ -143,7 +143,7 @@ def main() -> None:
     }
     result = {
         "date": datetime.date.today().isoformat(),
-        "command": f"python benchmarks/bench_rollout_parity.py --steps {args.steps}",
+        "command": f"python -m research.rollout_parity --steps {args.steps}",
         "steps": args.steps,
         "tasks_per_step": args.tasks_per_step,
         "k": args.k,

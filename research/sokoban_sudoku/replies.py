@@ -1,16 +1,16 @@
 """Sokoban (issue 25 item 5): what the plan agent answers first on each held-out board, before and after RL.
 
-For every run folder of `learning.py` given (saved with `checkpoint_every=STEPS`, so that its last step is kept), it
-replays the run's own held-out evaluation (the same boards, the greedy tree rollout and the sampled episodes with the
+For every run folder of the learning harness given (saved with `checkpoint_every=STEPS`, so that its last step is kept),
+it replays the run's own held-out evaluation (the same boards, the greedy tree rollout and the sampled episodes with the
 evaluation's random numbers) twice: with the run's starting model (`model.path`, the warm start) and with its last
-checkpoint. Per board it keeps greedy and sampled success and the plan agent's turn-0 reply; the plan agent acts on
-the start position at turn 0 (a compact tool proposal changes nothing), so its first move is optimal when it lowers
-the distance d0 by one. It writes `OUT` (JSON): per model, the number of distinct turn-0 plan replies, the most
-common ones, the share of boards whose reply starts with an optimal move, holds one move, or is unreadable, the
-success; per run, the paired per-board differences after - before (mean and standard error over the boards), and
-from its `metrics.jsonl` its held-out curve and training metrics averaged over windows of `--window` steps.
+checkpoint. Per board it keeps greedy and sampled success and the plan agent's turn-0 reply; the plan agent acts on the
+start position at turn 0 (a compact tool proposal changes nothing), so its first move is optimal when it lowers the
+distance d0 by one. It writes `OUT` (JSON): per model, the number of distinct turn-0 plan replies, the most common ones,
+the share of boards whose reply starts with an optimal move, holds one move, or is unreadable, the success; per run, the
+paired per-board differences after - before (mean and standard error over the boards), and from its `metrics.jsonl` its
+held-out curve and training metrics averaged over windows of `--window` steps.
 
-    OMP_NUM_THREADS=1 .venv/bin/python experiments/sokoban_replies.py --runs base=runs/sokoban_fix/base/sokoban/seed0/\
+    OMP_NUM_THREADS=1 python -m research.sokoban_sudoku --runs base=runs/sokoban_fix/base/sokoban/seed0/\
 at_grpo_shared --out runs/sokoban_fix/replies.json
 """
 
@@ -165,8 +165,14 @@ def compare(label: str, run_folder: Path, starts: dict[str, dict[str, Any]], win
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", nargs="+", required=True, help="LABEL=RUN_FOLDER, a learning.py run with checkpoints")
+    parser = argparse.ArgumentParser(
+        prog="python -m research.sokoban_sudoku",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--runs", nargs="+", required=True, help="LABEL=RUN_FOLDER, a learning-harness run with checkpoints"
+    )
     parser.add_argument("--out", required=True, help="the JSON report")
     parser.add_argument("--window", type=int, default=10, help="training steps per window of the training metrics")
     args = parser.parse_args(argv)

@@ -7,8 +7,8 @@ unreadable share. With `--advantages negated` or `shuffled` the update gets the 
 shuffled across the step's samples: if those fall as fast as the real ones, the update's direction does not matter
 at that rate and its noise decides.
 
-    .venv/bin/python experiments/fixed_tasks.py runs/code_t2_long/code/seed2/single_grpo/config.json \\
-        --lr 3e-4 1e-4 --steps 150 --out docs/results/some_folder/fixed_tasks.json
+    python -m research.tools.fixed_tasks runs/code_t2_long/code/seed2/single_grpo/config.json \\
+        --lr 3e-4 1e-4 --steps 150 --out research/tools/data/fixed_tasks.json
 """
 
 from __future__ import annotations
@@ -99,7 +99,11 @@ def summary_rows(results: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m research.tools.fixed_tasks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("config", type=Path, help="a run's config.json (its model.path is the starting model)")
     parser.add_argument("--lr", type=float, nargs="+", default=[3e-4], help="one run per rate (default: 3e-4)")
     parser.add_argument("--steps", type=int, default=40, help="steps per run (default: %(default)s)")
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     results = [climb(config, lr, args.steps, args.fresh, args.advantages) for lr in args.lr]
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        command = shlex.join(["python", "experiments/fixed_tasks.py", *(sys.argv[1:] if argv is None else argv)])
+        command = shlex.join(["python", "-m", "research.tools.fixed_tasks", *(sys.argv[1:] if argv is None else argv)])
         args.out.write_text(json.dumps({"command": command, "results": results}, indent=2))
     print("\n".join(summary_rows(results)))
 

@@ -1,11 +1,11 @@
-"""Training metrics of `learning.py` runs averaged over windows of steps, then over the runs of each label (seeds).
+"""Training metrics of learning-harness runs averaged over windows of steps, then over the runs of each label (seeds).
 
-Each `LABEL=GLOB` names the run folders of one arm (a glob, e.g. one method over every seed). For each run, the
-`--keys` metrics (default: `sokoban_replies.WINDOW_KEYS`) are averaged over consecutive windows of `--window`
+Each `LABEL=GLOB` names the run folders of one arm (a glob, e.g. one method over every seed). For each run, the `--keys`
+metrics (default: `research.sokoban_sudoku.replies.WINDOW_KEYS`) are averaged over consecutive windows of `--window`
 training steps; each window is then averaged over the label's runs, and the table prints mean and standard error over
 runs, then the change from the first window to the last, paired per run (mean, SE, 95% t interval).
 
-    .venv/bin/python experiments/training_windows.py --runs \\
+    python -m research.tools.training_windows --runs \\
         base='runs/sokoban_kl/sokoban/seed*/at_grpo_shared' kl='runs/sokoban_kl/sokoban/seed*/at_grpo_shared_kl'
 """
 
@@ -16,16 +16,13 @@ import glob
 import json
 import math
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import learning  # noqa: E402  (sibling scripts)
-from sokoban_replies import WINDOW_KEYS, training_windows  # noqa: E402
-
-from verl_mas.local.reporting import read_metrics  # noqa: E402
+from research.sokoban_sudoku.replies import WINDOW_KEYS, training_windows
+from research.stats import difference_summary, summary_text
+from verl_mas.local.reporting import read_metrics
 
 
 def mean_se(values: Sequence[float]) -> dict[str, Any]:
@@ -37,7 +34,7 @@ def label_windows(
     folders: Sequence[Path], width: int, keys: Sequence[str] = WINDOW_KEYS
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Per window: the steps it spans, and per key the mean over runs, its standard error and the number of runs;
-    and per key the last window minus the first, paired per run (`learning.difference_summary`)."""
+    and per key the last window minus the first, paired per run (`research.stats.difference_summary`)."""
     per_run = [windows for folder in folders if (windows := training_windows(read_metrics(folder), width, keys))]
     shortest = min((len(windows) for windows in per_run), default=0)  # a run with no training step yet has none
     table = []
@@ -51,13 +48,17 @@ def label_windows(
         # with one window there is no last window apart from the first: no change to read
         pairs = [(w[0][key], w[shortest - 1][key]) for w in per_run] if shortest > 1 else []
         differences = [last - first for first, last in pairs if not (math.isnan(first) or math.isnan(last))]
-        change[key] = learning.difference_summary(differences)
+        change[key] = difference_summary(differences)
     return table, change
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", nargs="+", required=True, help="LABEL=GLOB of learning.py run folders")
+    parser = argparse.ArgumentParser(
+        prog="python -m research.tools.training_windows",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--runs", nargs="+", required=True, help="LABEL=GLOB of learning-harness run folders")
     parser.add_argument("--window", type=int, default=10, help="training steps per window")
     parser.add_argument("--keys", nargs="+", default=list(WINDOW_KEYS), help="metrics (default: %(default)s)")
     parser.add_argument("--out", help="also write the table as JSON here")
@@ -77,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         for row in entry["windows"]:
             cells = [f"{row[key]['mean']:.3f} ({row[key]['se']:.3f})" for key in args.keys]
             print(f"| {label} ({runs} runs) | {row['steps']} | " + " | ".join(cells) + " |")
-        cells = [learning.summary_text(entry["change"][key]) for key in args.keys]
+        cells = [summary_text(entry["change"][key]) for key in args.keys]
         print(f"| {label} ({runs} runs) | last - first | " + " | ".join(cells) + " |")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))

@@ -14,8 +14,8 @@ the change per task. Every estimate starts from the same random state; the sampl
 together, so once any reply ends at another step the later draws of that batch no longer line up: the standard
 error, not the shared seed, says how far a change is noise.
 
-    .venv/bin/python experiments/update_direction.py runs/code_t2/code/seed1/at_grpo_catch_share/config.json \\
-        --lr 3e-5 3e-4 1e-3 --out docs/results/some_folder/update_direction.json
+    python -m research.tools.update_direction runs/code_t2/code/seed1/at_grpo_catch_share/config.json \\
+        --lr 3e-5 3e-4 1e-3 --out research/tools/data/update_direction.json
 """
 
 from __future__ import annotations
@@ -33,9 +33,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import learning  # noqa: E402  (the experiments' shared harness, in the same folder)
-
+from research.stats import mean_se_text, number
 from verl_mas.env import Task
 from verl_mas.local.config import read_config
 from verl_mas.local.generator import BatchingGenerator
@@ -212,16 +210,16 @@ def report(results: Sequence[dict[str, Any]]) -> str:
         for row in result["roles"]:
             lines.append(
                 f"| {result['lr']:g} | {row['role']} | {row['samples']} | {row['positive']} | {row['negative']} "
-                f"| {learning.number(row['mean_change_positive'], signed=True)} "
-                f"| {learning.number(row['mean_change_negative'], signed=True)} |"
+                f"| {number(row['mean_change_positive'], signed=True)} "
+                f"| {number(row['mean_change_negative'], signed=True)} |"
             )
     gaps = ", ".join(f"{r['lr']:g}: {r['sampler_gap']:.1e}" for r in results)
     text = "\n".join(lines) + f"\n\nlargest |sampler - trainer| log-prob per token: {gaps}\n"
     lines = ["\n| role | turn | local reward | samples | mean advantage |", "|" + "---|" * 5]
     for row in results[0]["advantage_by_local_reward"] if results else ():
         lines.append(
-            f"| {row['role']} | {row['turn']} | {learning.number(row['local_reward'], signed=True)} | {row['samples']} "
-            f"| {learning.number(row['mean_advantage'], signed=True)} |"
+            f"| {row['role']} | {row['turn']} | {number(row['local_reward'], signed=True)} | {row['samples']} "
+            f"| {number(row['mean_advantage'], signed=True)} |"
         )
     text += "\n".join(lines) + "\n"
     resampled = [r for r in results if "first_turn_reward" in r]
@@ -236,15 +234,19 @@ def report(results: Sequence[dict[str, Any]]) -> str:
                 lines.append(
                     f"| {result['lr']:g} | {row['role']} | {row['tasks']} x {result['resample']} "
                     f"| {row['judged_before']} / {row['judged_after']} "
-                    f"| {learning.number(row['before'])} | {learning.number(row['after'])} "
-                    f"| {learning.mean_se_text(row['change'], row['change_se'])} |"
+                    f"| {number(row['before'])} | {number(row['after'])} "
+                    f"| {mean_se_text(row['change'], row['change_se'])} |"
                 )
         text += "\n".join(lines) + "\n"
     return text
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m research.tools.update_direction",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("config", type=Path, help="a run's config.json (its model.path is the starting model)")
     parser.add_argument("--lr", type=float, nargs="+", default=[3e-4], help="one update per rate (default: 3e-4)")
     parser.add_argument("--tasks", type=int, default=8, help="training tasks rolled out (default: %(default)s)")
@@ -262,7 +264,9 @@ def main(argv: list[str] | None = None) -> None:
     results = updates(args.config, args.lr, args.tasks, args.resample)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        command = shlex.join(["python", "experiments/update_direction.py", *(sys.argv[1:] if argv is None else argv)])
+        command = shlex.join(
+            ["python", "-m", "research.tools.update_direction", *(sys.argv[1:] if argv is None else argv)]
+        )
         args.out.write_text(json.dumps({"command": command, "results": results}, indent=2))
     print(report(results))
 

@@ -6,7 +6,7 @@ step, alpha, learning rate and token limit, and evaluate the same held-out board
 They share the core (environment, tree rollout, estimator), so their figures should agree within noise.
 Also prints each engine's step-time breakdown (median over the steps after the first).
 
-    python benchmarks/bench_verl_cpu.py --steps 20 --eval-tasks 128
+    python -m research.verl_cpu --steps 20 --eval-tasks 128
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from verl_mas.local.train import train
 from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import run_on_cpu
 
-RESULTS = Path(__file__).parent / "results" / "verl_cpu"
+RESULTS = Path(__file__).resolve().parents[2] / "runs" / "verl_cpu"  # models, data, runs and results.json
 LOCAL_TIMES = ("time/rollout_s", "time/generation_s", "time/advantage_s", "time/update_s", "time/step_s")
 COMMAND_KEYS = ("steps", "tasks_per_step", "k", "eval_tasks", "seed", "mini_batch")
 VERL_TIMES = ("timing_s/gen", "timing_s/old_log_prob", "timing_s/adv", "timing_s/update_actor", "timing_s/step")
@@ -95,8 +95,10 @@ def median_times(rows: list[dict], names: tuple[str, ...]) -> dict[str, float]:
     return {name: statistics.median(row[name] for row in later if name in row) for name in names if later}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m research.verl_cpu", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--tasks-per-step", type=int, default=16)
     parser.add_argument("--k", type=int, default=4)
@@ -106,7 +108,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--reuse-local", action="store_true", help="take the local run's figures from OUT/local.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out = args.out.resolve()
     config = local_config(args, out / "local")
     model = out / "model"
@@ -143,7 +145,7 @@ def main() -> None:
     verl_steps = [row["data"] for row in logged if "timing_s/step" in row["data"]]
     n = config.eval_tasks
     result = {
-        "command": "python benchmarks/bench_verl_cpu.py "
+        "command": "python -m research.verl_cpu "
         + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k in COMMAND_KEYS),
         "boards": n,
         "local": local_result,

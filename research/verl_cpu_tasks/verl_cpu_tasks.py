@@ -6,8 +6,8 @@ steps in shared mode (verl's trainer, TransferQueue, FSDP2 on gloo, vLLM on CPU)
 Prints what the run proves: steps completed, each update's advantages grouped per (task, role, turn) with zero mean
 and unit spread, per-role metrics, validation, step times.
 
-    python benchmarks/run_verl_cpu_task.py --env code
-    python benchmarks/run_verl_cpu_task.py --env math
+    python -m research.verl_cpu_tasks --env code
+    python -m research.verl_cpu_tasks --env math
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from verl_mas.local.export import export_policies
 from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import run_on_cpu
 
-RESULTS = Path(__file__).parent / "results" / "verl_cpu_tasks"
+RESULTS = Path(__file__).resolve().parents[2] / "runs" / "verl_cpu_tasks"  # models, data, runs and report.json
 # small procedural tasks with brief prompts, as a tiny model can be warm-started on
 ENV_OPTIONS = {
     "code": {"brief_prompts": True, "source_options": {"terms": 1, "variables": 2}, "max_turns": 2},
@@ -97,8 +97,12 @@ def advantage_groups(records: list[dict]) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m research.verl_cpu_tasks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--env", choices=sorted(ENV_OPTIONS), required=True)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--tasks-per-step", type=int, default=4)
@@ -109,7 +113,7 @@ def main() -> None:
     parser.add_argument("--warm-start-epochs", type=int, default=6)
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out = (args.out / args.env).resolve()
     model = out / "model"
     if not model.exists():

@@ -9,8 +9,8 @@ to it with zero-mask rows, so the step's samples form exactly one mini-batch). B
 boards, greedy and sampled at the training temperature with the same random numbers every time, so before/after
 and engine/engine differences are paired per board.
 
-    python benchmarks/bench_verl_learning.py --router shared --steps 150 --eval-every 25
-    python benchmarks/bench_verl_learning.py --plot     # the chart and table of every router's saved JSON
+    python -m research.verl_learning --router shared --steps 150 --eval-every 25
+    python -m research.verl_learning --plot     # the chart and table of every router's saved JSON
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import json
 import math
 import os
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from research.verl_cpu.verl_cpu import verl_overrides
 from verl_mas.dataset import write_dataset
 from verl_mas.env import make_env
 from verl_mas.local.config import LocalTrainConfig
@@ -39,13 +39,10 @@ from verl_mas.local.train import LocalRun, make_tasks, train
 from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import CpuRun, run_on_cpu
 
-sys.path.insert(0, str(Path(__file__).parent))
-from bench_verl_cpu import verl_overrides  # noqa: E402  (a sibling script)
-
-ROOT = Path(__file__).resolve().parents[1]
-WORK = ROOT / "benchmarks" / "results" / "verl_learning"
-RESULTS = ROOT / "docs" / "results" / "verl_learning"
-CHART = ROOT / "docs" / "results" / "verl_learning.png"
+ROOT = Path(__file__).resolve().parents[2]
+WORK = ROOT / "runs" / "verl_learning"  # models, data, run folders (not kept)
+RESULTS = Path(__file__).resolve().parent / "data"
+CHART = RESULTS / "verl_learning.png"
 ENGINES = ("local", "verl")
 LOCAL_TIMES = {
     "generation": "time/generation_s",
@@ -377,7 +374,7 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
             spread[seed][step] = evaluate(weights)
     result = {
         "date": datetime.date.today().isoformat(),
-        "command": "python benchmarks/bench_verl_learning.py "
+        "command": "python -m research.verl_learning "
         + " ".join(
             f"--{k.replace('_', '-')} {v}"
             for k, v in vars(args).items()
@@ -487,8 +484,12 @@ def plot(paths: list[Path]) -> None:
     print(f"chart written to {CHART}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m research.verl_learning",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--router", choices=("shared", "per_role"), default="shared")
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--eval-every", type=int, default=25)
@@ -512,7 +513,7 @@ def main() -> None:
     )
     parser.add_argument("--reuse", action="store_true", help="take finished engine runs from the work folder")
     parser.add_argument("--plot", action="store_true", help="only report and chart the saved results")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.plot:
         paths = [path for path in (RESULTS / "shared.json", RESULTS / "per_role.json") if path.exists()]
         for path in paths:

@@ -1,15 +1,10 @@
-"""experiments/before_rl.py: a design's step-0 held-out readings per seed, with mean and standard error."""
+"""research.code_tester.before_rl: a design's step-0 held-out readings per seed, with mean and standard error."""
 
 import json
 
 import pytest
-from script_testkit import loaded_script
 
-
-@pytest.fixture(scope="module")
-def before():
-    with loaded_script("experiments/before_rl.py", "before_rl_experiment") as module:
-        yield module
+from research.code_tester import before_rl
 
 
 def write_run(runs, seed: int, success: float, first: float, wrong_case: float) -> None:
@@ -30,11 +25,11 @@ def write_run(runs, seed: int, success: float, first: float, wrong_case: float) 
     (folder / "metrics.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
 
 
-def test_readings_are_the_step0_rows_and_the_second_turn_is_success_minus_the_first_program(before, tmp_path):
+def test_readings_are_the_step0_rows_and_the_second_turn_is_success_minus_the_first_program(tmp_path):
     write_run(tmp_path, 3, success=0.5, first=0.75, wrong_case=0.25)
     write_run(tmp_path, 8, success=0.75, first=0.5, wrong_case=0.75)
-    out = tmp_path / "out" / "before.json"
-    before.main(["--runs", str(tmp_path), "--seeds", "3", "8", "--out", str(out)])
+    out = tmp_path / "out" / "before_rl.json"
+    before_rl.main(["--runs", str(tmp_path), "--seeds", "3", "8", "--out", str(out)])
     readings = json.loads(out.read_text())["readings"]
     adds = readings["sampled second turn adds"]
     assert adds["per_seed"] == [-0.25, 0.25] and adds["mean"] == 0.0
@@ -43,15 +38,15 @@ def test_readings_are_the_step0_rows_and_the_second_turn_is_success_minus_the_fi
     assert readings["tester first turn replies with a failing case"]["mean"] == 0.5
 
 
-def test_a_run_without_a_step0_evaluation_or_one_seed_fails_at_start(before, tmp_path):
+def test_a_run_without_a_step0_evaluation_or_one_seed_fails_at_start(tmp_path):
     write_run(tmp_path, 1, success=0.5, first=0.5, wrong_case=0.5)
     folder = tmp_path / "code" / "seed2" / "at_grpo_catch_share"
     folder.mkdir(parents=True)
     (folder / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval/success": 0.5}) + "\n")
     with pytest.raises(SystemExit, match="seed2.*no step-0 evaluation row"):
-        before.main(["--runs", str(tmp_path), "--seeds", "1", "2", "--out", str(tmp_path / "x.json")])
+        before_rl.main(["--runs", str(tmp_path), "--seeds", "1", "2", "--out", str(tmp_path / "x.json")])
     with pytest.raises(SystemExit):
-        before.main(["--runs", str(tmp_path), "--seeds", "1", "--out", str(tmp_path / "x.json")])
+        before_rl.main(["--runs", str(tmp_path), "--seeds", "1", "--out", str(tmp_path / "x.json")])
 
 
 @pytest.mark.parametrize(
@@ -63,7 +58,7 @@ def test_a_run_without_a_step0_evaluation_or_one_seed_fails_at_start(before, tmp
         ("", "no step-0 evaluation row"),
     ],
 )
-def test_a_missing_truncated_or_incomplete_metrics_file_fails_naming_it(before, tmp_path, content, message):
+def test_a_missing_truncated_or_incomplete_metrics_file_fails_naming_it(tmp_path, content, message):
     write_run(tmp_path, 1, success=0.5, first=0.5, wrong_case=0.5)
     folder = tmp_path / "code" / "seed2" / "at_grpo_catch_share"
     folder.mkdir(parents=True)
@@ -71,20 +66,20 @@ def test_a_missing_truncated_or_incomplete_metrics_file_fails_naming_it(before, 
         (folder / "metrics.jsonl").write_text(content)
     out = tmp_path / "out.json"
     with pytest.raises(SystemExit, match=f"seed2.*{message}"):
-        before.main(["--runs", str(tmp_path), "--seeds", "1", "2", "--out", str(out)])
+        before_rl.main(["--runs", str(tmp_path), "--seeds", "1", "2", "--out", str(out)])
     assert not out.exists()
 
 
-def test_admission_prints_only_the_seeds_whose_second_turn_costs_at_least_the_set_amount(before, tmp_path, capsys):
+def test_admission_prints_only_the_seeds_whose_second_turn_costs_at_least_the_set_amount(tmp_path, capsys):
     write_run(tmp_path, 1, success=0.5, first=0.75, wrong_case=0.9)  # costs 0.25: admitted
     write_run(tmp_path, 2, success=0.65, first=0.75, wrong_case=0.9)  # costs 0.10 exactly: admitted (at least)
     write_run(tmp_path, 3, success=0.7, first=0.75, wrong_case=0.9)  # costs 0.05: left out
     write_run(tmp_path, 4, success=0.75, first=0.5, wrong_case=0.1)  # the second turn adds: left out
-    before.main(["--runs", str(tmp_path), "--seeds", "4", "3", "2", "1", "--admit-cost", "0.099999"])
+    before_rl.main(["--runs", str(tmp_path), "--seeds", "4", "3", "2", "1", "--admit-cost", "0.099999"])
     assert capsys.readouterr().out.split() == ["2", "1"]
-    before.main(["--runs", str(tmp_path), "--seeds", "3", "--admit-cost", "0.1"])  # one seed is enough here
+    before_rl.main(["--runs", str(tmp_path), "--seeds", "3", "--admit-cost", "0.1"])  # one seed is enough here
     assert capsys.readouterr().out.strip() == ""
     with pytest.raises(SystemExit):
-        before.main(["--runs", str(tmp_path), "--seeds", "1", "--admit-cost", "1.5"])
+        before_rl.main(["--runs", str(tmp_path), "--seeds", "1", "--admit-cost", "1.5"])
     with pytest.raises(SystemExit):  # a reading file and an admission at once
-        before.main(["--runs", str(tmp_path), "--seeds", "1", "--admit-cost", "0.1", "--out", str(tmp_path / "x")])
+        before_rl.main(["--runs", str(tmp_path), "--seeds", "1", "--admit-cost", "0.1", "--out", str(tmp_path / "x")])

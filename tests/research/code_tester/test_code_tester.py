@@ -1,19 +1,16 @@
-"""experiments/code_tester.py's tester shares from hand-made move infos, and learning.py's tester-rule arms."""
+"""research.code_tester: the tester shares from hand-made move infos, its run callback, and the tester-rule arms."""
 
 import dataclasses
 import json
 from pathlib import Path
 
 import pytest
-from script_testkit import loaded_script
 
-from verl_mas.env import INFRA_FAILURE
-
-
-@pytest.fixture(scope="module")
-def code_tester():
-    with loaded_script("experiments/code_tester.py", "code_tester_experiment") as module:
-        yield module
+from research import harness
+from research.code_tester import code_tester
+from verl_mas.env import INFRA_FAILURE, Task
+from verl_mas.rollout import EpisodeResult
+from verl_mas.sample import Sample
 
 
 def info(cases: int, degenerate: int, credited: int, caught: int, known_wrong: int, failed: int) -> dict:
@@ -23,7 +20,7 @@ def info(cases: int, degenerate: int, credited: int, caught: int, known_wrong: i
     }  # fmt: skip
 
 
-def test_the_shares_of_a_rollouts_tester_moves(code_tester) -> None:
+def test_the_shares_of_a_rollouts_tester_moves() -> None:
     moves = [
         (True, info(2, 0, 1, 1, 3, 1)),  # catches 1 of 3; 1 of 2 cases credited; a wrong case
         (True, info(1, 1, 1, 3, 3, 0)),  # catches all 3; 1 of 2 credited
@@ -38,7 +35,7 @@ def test_the_shares_of_a_rollouts_tester_moves(code_tester) -> None:
     assert code_tester.tester_shares([]) == {}
 
 
-def test_the_shares_per_turn_are_the_same_rule_on_each_turns_moves(code_tester) -> None:
+def test_the_shares_per_turn_are_the_same_rule_on_each_turns_moves() -> None:
     moves = [
         (0, True, info(1, 0, 1, 2, 2, 0)),  # turn 0: catches both, fully credited
         (0, False, {"error": "no usable test case", "degenerate": 1}),  # turn 0: unreadable
@@ -53,8 +50,39 @@ def test_the_shares_per_turn_are_the_same_rule_on_each_turns_moves(code_tester) 
     assert set(shares) == {f"{prefix}{name}" for prefix in ("", "turn0/", "turn1/") for name in code_tester.SHARES}
 
 
-def test_the_rule_arms_share_the_team_warm_start_and_differ_in_the_tester_reward_only(code_tester) -> None:
-    learning = code_tester.learning
+def move(role: str, turn: int, valid: bool) -> Sample:
+    return Sample("t", role, turn, 0, "shared", (1,), (2,), None, 0.0, 0.0, 0.0, False, valid=valid)
+
+
+def test_the_recorder_reads_the_tester_moves_of_the_rollout_it_is_given() -> None:
+    tester_infos = [
+        (move("tester", 0, True), info(1, 0, 1, 2, 2, 0)),  # catches both, fully credited
+        (move("tester", 1, True), info(2, 0, 0, 0, 2, 2)),  # catches nothing, two wrong cases
+    ]
+    coder = (move("coder", 0, True), {"caught": 99, "known_wrong": 1})  # another role's info: not read
+    results = [
+        EpisodeResult(Task("a", "code", 0), [tester_infos[0][0], coder[0]], [tester_infos[0][1], coder[1]]),
+        EpisodeResult(Task("b", "code", 1), [tester_infos[1][0]], [tester_infos[1][1]]),
+    ]
+    added = code_tester.TesterRecorder().rollout(None, "eval_sampled", results)
+    assert added == pytest.approx(
+        {
+            "eval_sampled/tester/catch_share": 0.5,
+            "eval_sampled/tester/credited_share": 0.5,
+            "eval_sampled/tester/wrong_case_share": 0.5,
+            "eval_sampled/tester/turn0/catch_share": 1.0,
+            "eval_sampled/tester/turn0/credited_share": 1.0,
+            "eval_sampled/tester/turn0/wrong_case_share": 0.0,
+            "eval_sampled/tester/turn1/catch_share": 0.0,
+            "eval_sampled/tester/turn1/credited_share": 0.0,
+            "eval_sampled/tester/turn1/wrong_case_share": 1.0,
+        }
+    )
+    assert code_tester.TesterRecorder().rollout(None, "rollout", results[:0]) == {}
+
+
+def test_the_rule_arms_share_the_team_warm_start_and_differ_in_the_tester_reward_only() -> None:
+    learning = harness
     config = learning.env_config("code", ["default"], {"env_options": {"brief_examples": True}}, 3)
     runs = {
         arm: learning.method_config(config, arm, "/warm", Path("/out") / arm)
@@ -81,7 +109,7 @@ def write_run(out: Path, arm: str, seed: int, rows: list[dict]) -> None:
     (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def test_each_arms_gain_is_paired_with_its_own_warm_start_per_seed(code_tester, tmp_path) -> None:
+def test_each_arms_gain_is_paired_with_its_own_warm_start_per_seed(tmp_path) -> None:
     def evaluation(step: int, greedy: float, sampled: float | None = None) -> dict:
         row = {"step": step, "eval/success": greedy}
         return row | ({"eval_sampled/success": sampled} if sampled is not None else {})
@@ -112,7 +140,7 @@ def test_each_arms_gain_is_paired_with_its_own_warm_start_per_seed(code_tester, 
     assert "| single_grpo | eval_sampled/success |" not in text  # no seed to show
 
 
-def test_the_coders_readings_are_gains_too(code_tester, tmp_path) -> None:
+def test_the_coders_readings_are_gains_too(tmp_path) -> None:
     before = {"step": 0, "eval/success": 0.5, "eval/coder/turn0/local_reward": 0.9}
     before["eval/coder/turn1/invalid_move_share"] = 0.25
     before["eval_sampled/coder/turn1/invalid_move_share"] = 0.5
@@ -129,7 +157,7 @@ def test_the_coders_readings_are_gains_too(code_tester, tmp_path) -> None:
     assert rows["eval/success"]["per_seed"] == pytest.approx([0.25])
 
 
-def test_success_splits_into_the_first_programs_solves_and_what_the_second_turn_adds(code_tester, tmp_path) -> None:
+def test_success_splits_into_the_first_programs_solves_and_what_the_second_turn_adds(tmp_path) -> None:
     # before RL the first program solves 0.75 but revisions break a third of those: success 0.5; after RL the
     # first program solves 0.625 and the second turn neither fixes nor breaks: success 0.625
     before = {"step": 0, "eval/success": 0.5, "eval/coder/turn0/team_reward": 0.75, "eval_sampled/success": 0.5}
@@ -147,7 +175,7 @@ def test_success_splits_into_the_first_programs_solves_and_what_the_second_turn_
     assert rows["eval_sampled/second_turn_adds"]["seeds"] == []  # one end only: no gain
 
 
-def test_the_gain_difference_leaves_out_the_warm_starts_gap(code_tester, tmp_path) -> None:
+def test_the_gain_difference_leaves_out_the_warm_starts_gap(tmp_path) -> None:
     def run(before: float, after: float) -> list[dict]:
         return [{"step": 0, "eval/success": before}, {"step": 15, "eval/success": after}]
 
@@ -168,7 +196,7 @@ def test_the_gain_difference_leaves_out_the_warm_starts_gap(code_tester, tmp_pat
     assert rows["gain of eval_sampled/success"]["seeds"] == []  # no sampled evaluation recorded
 
 
-def test_until_reads_every_run_as_of_one_step(code_tester, tmp_path) -> None:
+def test_until_reads_every_run_as_of_one_step(tmp_path) -> None:
     evals = [{"step": 0, "eval/success": 0.5}, {"step": 20, "eval/success": 0.75}, {"step": 40, "eval/success": 0.25}]
     write_run(tmp_path, "at_grpo_catch_share", 0, evals)
     write_run(tmp_path, "at_grpo_catch_share_centred", 0, evals[:2])  # stopped after step 20's evaluation
@@ -196,14 +224,14 @@ def test_until_reads_every_run_as_of_one_step(code_tester, tmp_path) -> None:
         code_tester.parse_args(["--until", "-1"])
 
 
-def test_the_per_role_arm_runs_only_on_request(code_tester) -> None:
+def test_the_per_role_arm_runs_only_on_request() -> None:
     assert code_tester.parse_args([]).arms == list(code_tester.ARMS)
     assert code_tester.parse_args(["--arms", "at_grpo_per_role"]).arms == ["at_grpo_per_role"]
     with pytest.raises(SystemExit):
         code_tester.parse_args(["--arms", "at_grpo_shared"])  # not one of this experiment's arms
 
 
-def test_share_rows_table_the_first_turn_only_for_runs_that_recorded_it(code_tester, tmp_path) -> None:
+def test_share_rows_table_the_first_turn_only_for_runs_that_recorded_it(tmp_path) -> None:
     def run(turn0: bool) -> list[dict]:
         shares = {"catch_share": 0.5} | ({"turn0/catch_share": 0.75} if turn0 else {})
         before = {"step": 0, "eval/success": 0.5} | {f"eval_sampled/tester/{k}": v for k, v in shares.items()}

@@ -1,19 +1,13 @@
-"""benchmarks/bench_rollout_parity.py: both engines' step metrics under one set of names, and the paired comparison."""
+"""research.rollout_parity: both engines' step metrics under one set of names, and the paired comparison."""
 
 import math
 
 import pytest
-from script_testkit import loaded_script
 
+from research.rollout_parity import rollout_parity
 from verl_mas.env import Workflow, make_env
 
 PLAN_PATH = Workflow(roles=("tool", "plan"), max_turns=3)
-
-
-@pytest.fixture(scope="module")
-def bench():
-    with loaded_script("benchmarks/bench_rollout_parity.py", "bench_rollout_parity") as module:
-        yield module
 
 
 def local_row(plan_turn1_samples: float, roles: tuple[str, str] = ("tool", "plan")) -> dict:
@@ -32,38 +26,38 @@ def local_row(plan_turn1_samples: float, roles: tuple[str, str] = ("tool", "plan
     return row
 
 
-def test_local_turn_figures_pool_the_roles_as_verl_does(bench):
-    metrics = bench.local_step_metrics(local_row(4.0), PLAN_PATH)
+def test_local_turn_figures_pool_the_roles_as_verl_does():
+    metrics = rollout_parity.local_step_metrics(local_row(4.0), PLAN_PATH)
     assert metrics["turn_0/samples"] == 16.0 and metrics["turn_0/reward"] == pytest.approx(0.5)  # (8*1 + 8*0) / 16
     assert metrics["turn_1/samples"] == 4.0 and metrics["turn_1/reward"] == pytest.approx(2.0)  # the plan's only
     assert metrics["turn_2/samples"] == 0.0 and "turn_2/reward" not in metrics  # no task reached it
     assert metrics["plan/invalid_share"] == 0.25
 
 
-def test_verl_names_map_to_the_same_figures(bench):
+def test_verl_names_map_to_the_same_figures():
     row = {f"mas/{r}/{k}": v for r in ("tool", "plan") for k, v in (("reward/mean", 0.5), ("invalid_share", 0.25))}
     row |= {f"mas/{r}/zero_variance_group_share": 0.75 for r in ("tool", "plan")}
     row |= {"mas/turn_0/samples": 16.0, "mas/turn_0/reward/mean": 0.5, "mas/turn_1/samples": 4.0}
-    metrics = bench.verl_step_metrics(row, PLAN_PATH)
-    local = bench.local_step_metrics(local_row(4.0), PLAN_PATH)
+    metrics = rollout_parity.verl_step_metrics(row, PLAN_PATH)
+    local = rollout_parity.local_step_metrics(local_row(4.0), PLAN_PATH)
     assert {k: v for k, v in metrics.items() if k != "turn_1/reward"} == {
         k: v for k, v in local.items() if k != "turn_1/reward"
     }
 
 
-def test_the_figures_follow_the_environments_roles_and_turns(bench):
+def test_the_figures_follow_the_environments_roles_and_turns():
     code = make_env("code", max_turns=2).workflow()  # coder and tester, two turns
-    metrics = bench.local_step_metrics(local_row(4.0, roles=code.roles), code)
+    metrics = rollout_parity.local_step_metrics(local_row(4.0, roles=code.roles), code)
     assert metrics["turn_0/samples"] == 16.0 and metrics["turn_1/reward"] == pytest.approx(2.0)
     assert metrics["tester/reward"] == 0.5 and "turn_2/samples" not in metrics  # no third turn in this env
     with pytest.raises(KeyError):  # a row without the workflow's roles is not silently read as zeros
-        bench.local_step_metrics(local_row(4.0), code)
+        rollout_parity.local_step_metrics(local_row(4.0), code)
 
 
-def test_compare_pairs_steps_and_gives_the_standard_error_of_the_differences(bench):
+def test_compare_pairs_steps_and_gives_the_standard_error_of_the_differences():
     local = {1: {"m": 1.0}, 2: {"m": 2.0}, 3: {"m": 3.0}, 4: {"m": 0.0}}
     verl = {1: {"m": 1.5}, 2: {"m": 2.0}, 3: {"m": 4.0}, 5: {"m": 9.0}}  # step 4 and 5 are in one engine only
-    result = bench.compare(local, verl)["m"]
+    result = rollout_parity.compare(local, verl)["m"]
     assert result["steps"] == 3
     assert result["difference"] == pytest.approx(0.5)  # 0.5, 0.0, 1.0
     assert result["se"] == pytest.approx(0.5 / math.sqrt(3))  # sd of (0.5, 0, 1) is 0.5

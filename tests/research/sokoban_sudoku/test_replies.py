@@ -1,10 +1,10 @@
-"""experiments/sokoban_replies.py: the turn-0 plan reply diagnostic and the paired differences, on hand-made inputs."""
+"""research.sokoban_sudoku.replies: the turn-0 plan reply diagnostic and the paired differences, on hand-made inputs."""
 
 import math
 
 import pytest
-from script_testkit import loaded_script
 
+from research.sokoban_sudoku import replies
 from verl_mas.dataset import split_tasks
 from verl_mas.env import make_env
 from verl_mas.rollout import EpisodeResult
@@ -12,12 +12,6 @@ from verl_mas.sample import Sample
 from verl_mas_envs.puzzles.grid import IllegalMove
 
 OPTIONS = {"size": 5, "boxes": 1, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True}
-
-
-@pytest.fixture(scope="module")
-def replies():
-    with loaded_script("experiments/sokoban_replies.py", "sokoban_replies_experiment") as module:
-        yield module
 
 
 def sample(role: str, turn: int, text: str, continued: bool = True) -> Sample:
@@ -43,7 +37,7 @@ def optimal_and_wrong_first_move():
     return env.optimal_actions(start), wrong[0], d0
 
 
-def test_the_opening_reads_the_plan_agents_turn_0_reply_only(replies):
+def test_the_opening_reads_the_plan_agents_turn_0_reply_only():
     best, wrong, d0 = optimal_and_wrong_first_move()
     texts = {("tool", 0): f"Actions: {wrong}", ("plan", 0): f"Actions: {best[0]}", ("plan", 1): f"Actions: {wrong}"}
     result = episode(texts, success=True)
@@ -61,7 +55,7 @@ def test_the_opening_reads_the_plan_agents_turn_0_reply_only(replies):
     assert (unreadable["moves"], unreadable["first_optimal"]) == (0, False)
 
 
-def test_the_summary_counts_distinct_replies_and_shares(replies):
+def test_the_summary_counts_distinct_replies_and_shares():
     openings = [
         {"reply": "Actions: U", "moves": 1, "first_optimal": True, "success": True},
         {"reply": "Actions: U", "moves": 1, "first_optimal": False, "success": False},
@@ -75,7 +69,7 @@ def test_the_summary_counts_distinct_replies_and_shares(replies):
     assert (summary["unreadable_share"], summary["greedy_success"]) == (0.25, 0.25)
 
 
-def test_the_paired_difference_is_the_mean_and_its_standard_error(replies):
+def test_the_paired_difference_is_the_mean_and_its_standard_error():
     result = replies.paired_difference([1, 0, 1, 0], [1, 1, 0, 0])
     # differences 0, 1, -1, 0: mean 0, sample sd sqrt(2/3)
     assert result["mean"] == 0 and result["se"] == pytest.approx(math.sqrt(2 / 3) / 2) and result["boards"] == 4
@@ -83,7 +77,7 @@ def test_the_paired_difference_is_the_mean_and_its_standard_error(replies):
         replies.paired_difference([1, 0], [1])
 
 
-def test_training_windows_average_the_steps_and_skip_evaluations(replies):
+def test_training_windows_average_the_steps_and_skip_evaluations():
     keys = dict.fromkeys(replies.WINDOW_KEYS, 1.0)
     history = [{"step": 0, "eval/success": 0.5, "eval_sampled/success": 0.25}]
     history += [{"step": s, "time/step_s": 1.0} | keys | {"rollout/success": float(s)} for s in range(1, 6)]

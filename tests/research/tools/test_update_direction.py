@@ -1,4 +1,4 @@
-"""experiments/update_direction.py: one rollout, one update per rate, log-prob changes by advantage sign."""
+"""research.tools.update_direction: one rollout, one update per rate, log-prob changes by advantage sign."""
 
 import dataclasses
 import json
@@ -7,20 +7,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 from saved_run_testkit import TINY, saved_tiny_model
-from script_testkit import loaded_script
 
+from research.tools import update_direction
 from verl_mas.local.config import LocalTrainConfig, config_json
 from verl_mas.overrides import apply_overrides
 
 
-@pytest.fixture(scope="module")
-def direction():
-    with loaded_script("experiments/update_direction.py", "update_direction_experiment") as module:
-        yield module
-
-
 @pytest.mark.parametrize("router", ["shared", "per_role"])
-def test_a_tiny_rate_moves_next_to_nothing_and_a_large_one_moves_the_samples(direction, tmp_path, monkeypatch, router):
+def test_a_tiny_rate_moves_next_to_nothing_and_a_large_one_moves_the_samples(tmp_path, monkeypatch, router):
     config = saved_tiny_model(tmp_path, router)
     saved = tmp_path / "config.json"
     saved.write_text(config_json(dataclasses.replace(config, norm_adv_by_std=False)))
@@ -31,9 +25,9 @@ def test_a_tiny_rate_moves_next_to_nothing_and_a_large_one_moves_the_samples(dir
         asked.append(norm_adv_by_std)
         return torch.tensor([1.0 if i % 2 == 0 else -1.0 for i in range(len(samples))])
 
-    monkeypatch.setattr(direction, "sample_advantages", alternating)
-    out = tmp_path / "direction.json"
-    direction.main([str(saved), "--lr", "1e-12", "0.05", "--tasks", "2", "--out", str(out)])
+    monkeypatch.setattr(update_direction, "sample_advantages", alternating)
+    out = tmp_path / "update_direction.json"
+    update_direction.main([str(saved), "--lr", "1e-12", "0.05", "--tasks", "2", "--out", str(out)])
     assert asked == [False]  # one rollout, scored as the saved config says
     still, moved = json.loads(out.read_text())["results"]
     assert still["sampler_gap"] < 1e-4  # the sampler's log-probs are the trainer's
@@ -49,21 +43,21 @@ def test_a_tiny_rate_moves_next_to_nothing_and_a_large_one_moves_the_samples(dir
     assert sum(row["samples"] for row in by_reward) == sum(row["samples"] for row in still["roles"])
 
 
-def test_a_config_without_a_saved_model_is_refused(direction, tmp_path):
+def test_a_config_without_a_saved_model_is_refused(tmp_path):
     saved = tmp_path / "config.json"
     saved.write_text(config_json(apply_overrides(LocalTrainConfig(), TINY)))
     with pytest.raises(ValueError, match="model.path is empty"):
-        direction.updates(saved, [1e-3], 2)
+        update_direction.updates(saved, [1e-3], 2)
 
 
-def test_role_rows_split_by_advantage_sign(direction):
+def test_role_rows_split_by_advantage_sign():
     from verl_mas.sample import Sample
 
     def sample(role: str) -> Sample:
         return Sample("t", role, 0, 0, "p", (1,), (2,), None, 0.0, 0.0, 0.0, False)
 
     samples = [sample("a"), sample("a"), sample("a"), sample("b")]
-    rows = direction.role_rows(samples, torch.tensor([1.0, -1.0, 0.0, 2.0]), torch.tensor([0.5, -2.0, 9.0, 1.5]))
+    rows = update_direction.role_rows(samples, torch.tensor([1.0, -1.0, 0.0, 2.0]), torch.tensor([0.5, -2.0, 9.0, 1.5]))
     assert rows == [
         {
             "role": "a",
@@ -84,14 +78,14 @@ def test_role_rows_split_by_advantage_sign(direction):
     ]  # a zero advantage (the 9.0) is in neither mean
 
 
-def test_advantage_by_local_reward_by_hand(direction):
+def test_advantage_by_local_reward_by_hand():
     from verl_mas.sample import Sample
 
     def sample(role: str, turn: int, local: float) -> Sample:
         return Sample("t", role, turn, 0, "p", (1,), (2,), None, 0.0, local, local, False)
 
     samples = [sample("b", 0, 0.0), sample("a", 1, -0.5), sample("b", 0, 0.0), sample("b", 0, 1.0), sample("a", 0, 0.0)]
-    rows = direction.advantage_by_local_reward(samples, torch.tensor([0.5, -1.0, 0.25, 2.0, -3.0]))
+    rows = update_direction.advantage_by_local_reward(samples, torch.tensor([0.5, -1.0, 0.25, 2.0, -3.0]))
     assert rows == [
         {"role": "a", "turn": 0, "local_reward": 0.0, "samples": 1, "mean_advantage": -3.0},
         {"role": "a", "turn": 1, "local_reward": -0.5, "samples": 1, "mean_advantage": -1.0},
@@ -99,14 +93,14 @@ def test_advantage_by_local_reward_by_hand(direction):
         {"role": "b", "turn": 0, "local_reward": 1.0, "samples": 1, "mean_advantage": 2.0},
     ]  # the same local reward in another role or turn is another cell
     with pytest.raises(ValueError):
-        direction.advantage_by_local_reward(samples, torch.tensor([0.5]))  # one advantage per sample, or nothing
+        update_direction.advantage_by_local_reward(samples, torch.tensor([0.5]))  # one advantage per sample, or nothing
 
 
-def test_resampling_runs_end_to_end_on_a_real_tiny_run(direction, tmp_path):
+def test_resampling_runs_end_to_end_on_a_real_tiny_run(tmp_path):
     config = saved_tiny_model(tmp_path, "shared")
     saved = tmp_path / "config.json"
     saved.write_text(config_json(config))
-    results = direction.updates(saved, [0.05, 1e-12], 3, resample=4)
+    results = update_direction.updates(saved, [0.05, 1e-12], 3, resample=4)
     for result in results:
         assert result["resample"] == 4
         assert [row["role"] for row in result["first_turn_reward"]] == ["plan", "tool"]
@@ -114,30 +108,32 @@ def test_resampling_runs_end_to_end_on_a_real_tiny_run(direction, tmp_path):
             row["tasks"] == 3 and row["judged_before"] == row["judged_after"] == 12
             for row in result["first_turn_reward"]
         )
-    assert "judged before / after" in direction.report(results)
+    assert "judged before / after" in update_direction.report(results)
 
 
-def test_before_is_the_saved_model_and_each_after_is_that_rates_updated_model(direction, tmp_path, monkeypatch):
+def test_before_is_the_saved_model_and_each_after_is_that_rates_updated_model(tmp_path, monkeypatch):
     config = saved_tiny_model(tmp_path, "shared")
     saved = tmp_path / "config.json"
     saved.write_text(config_json(dataclasses.replace(config, norm_adv_by_std=False)))
     monkeypatch.setattr(
-        direction, "sample_advantages", lambda samples, *_: torch.tensor([(-1.0) ** i for i in range(len(samples))])
+        update_direction,
+        "sample_advantages",
+        lambda samples, *_: torch.tensor([(-1.0) ** i for i in range(len(samples))]),
     )
 
     def weights_as_reward(run, tasks, n):  # a "reward" that is the model's weights: it moves iff the model moved
         total = sum(p.double().sum().item() for model in run.models.values() for p in model.parameters())
         return {"r": [[total] for _ in tasks]}
 
-    monkeypatch.setattr(direction, "first_turn_rewards", weights_as_reward)
-    moved, still = direction.updates(saved, [0.05, 1e-12], 2, resample=1)
+    monkeypatch.setattr(update_direction, "first_turn_rewards", weights_as_reward)
+    moved, still = update_direction.updates(saved, [0.05, 1e-12], 2, resample=1)
     (moved_row,), (still_row,) = moved["first_turn_reward"], still["first_turn_reward"]
     assert moved_row["before"] == still_row["before"]  # one "before", taken before the first rate's update
     assert abs(moved_row["change"]) > 1e-3  # after the 0.05 update, from the updated model
     assert still_row["change"] == pytest.approx(0.0, abs=1e-6)  # the saved model again: the first update undone
 
 
-def test_first_turn_rewards_draw_one_stream_and_average_per_task(direction, monkeypatch):
+def test_first_turn_rewards_draw_one_stream_and_average_per_task(monkeypatch):
     from verl_mas.env import Task
     from verl_mas.rollout import EpisodeResult
     from verl_mas.sample import Sample
@@ -167,20 +163,20 @@ def test_first_turn_rewards_draw_one_stream_and_average_per_task(direction, monk
             for task in reversed(tasks)
         ]
 
-    monkeypatch.setattr(direction, "BatchingGenerator", RecordingGenerator)
-    monkeypatch.setattr(direction, "rollout_tasks", scripted_rollout)
+    monkeypatch.setattr(update_direction, "BatchingGenerator", RecordingGenerator)
+    monkeypatch.setattr(update_direction, "rollout_tasks", scripted_rollout)
     run = SimpleNamespace(served={}, config=SimpleNamespace(sampling=None, alpha=0.5), router=None, env_factory=None)
     tasks = [Task("t2", "code", 0), Task("t1", "code", 1)]  # not the order the rollout returns them in
     for _ in range(2):
-        assert direction.first_turn_rewards(run, tasks, 3) == {
+        assert update_direction.first_turn_rewards(run, tasks, 3) == {
             "coder": [[-0.5, 0.5, 0.0], [1.0, 0.0]],  # t2 then t1, as asked; t1's unjudged 5.0 left out
             "tester": [[2.0], [2.0]],
         }
-    assert seeds == [direction.RESAMPLE_SEED] * 2  # every model compared draws from the same stream
+    assert seeds == [update_direction.RESAMPLE_SEED] * 2  # every model compared draws from the same stream
     assert [(c.k, c.alpha, c.max_turns) for c in configs] == [(3, 0.5, 1)] * 2
 
 
-def test_a_role_with_no_judged_candidate_on_a_task_fails_by_name(direction, monkeypatch):
+def test_a_role_with_no_judged_candidate_on_a_task_fails_by_name(monkeypatch):
     from verl_mas.env import Task
     from verl_mas.rollout import EpisodeResult
     from verl_mas.sample import Sample
@@ -195,17 +191,17 @@ def test_a_role_with_no_judged_candidate_on_a_task_fails_by_name(direction, monk
             EpisodeResult(tasks[1], [sample("t2", "coder", None)]),
         ]
 
-    monkeypatch.setattr(direction, "BatchingGenerator", lambda *args, **kwargs: None)
-    monkeypatch.setattr(direction, "rollout_tasks", unjudged)
+    monkeypatch.setattr(update_direction, "BatchingGenerator", lambda *args, **kwargs: None)
+    monkeypatch.setattr(update_direction, "rollout_tasks", unjudged)
     run = SimpleNamespace(served={}, config=SimpleNamespace(sampling=None, alpha=1.0), router=None, env_factory=None)
     with pytest.raises(RuntimeError, match=r"\('coder', 't1'\), \('tester', 't2'\)"):
-        direction.first_turn_rewards(run, [Task("t1", "code", 0), Task("t2", "code", 1)], 1)
+        update_direction.first_turn_rewards(run, [Task("t1", "code", 0), Task("t2", "code", 1)], 1)
 
 
-def test_reward_changes_by_hand(direction):
+def test_reward_changes_by_hand():
     before = {"a": [[0.0], [1.0, 1.0], [0.5]]}
     after = {"a": [[1.0, 1.0], [1.0], [0.0, 0.0, 0.0]]}
-    (row,) = direction.reward_changes(before, after)
+    (row,) = update_direction.reward_changes(before, after)
     assert row["judged_before"] == 4 and row["judged_after"] == 6
     assert row["before"] == pytest.approx(0.5) and row["after"] == pytest.approx(2 / 3)
     assert row["change"] == pytest.approx(1 / 6)  # per task: +1, 0, -0.5
@@ -222,7 +218,7 @@ def test_reward_changes_by_hand(direction):
         (["--lr", "3e-4", "nan"], "--lr"),
     ],
 )
-def test_bad_flags_are_refused_by_name_before_anything_loads(direction, tmp_path, capsys, flags, named):
+def test_bad_flags_are_refused_by_name_before_anything_loads(tmp_path, capsys, flags, named):
     with pytest.raises(SystemExit):
-        direction.main([str(tmp_path / "config.json"), *flags])  # the config does not exist: nothing was read
+        update_direction.main([str(tmp_path / "config.json"), *flags])  # the config does not exist: nothing was read
     assert named in capsys.readouterr().err

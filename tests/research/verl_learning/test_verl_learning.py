@@ -1,67 +1,61 @@
-"""benchmarks/bench_verl_learning.py: its paired statistics, verl's mini-batch size, overrides and saved step."""
+"""research.verl_learning.verl_learning: its paired statistics, verl's mini-batch size, overrides and saved step."""
 
 import numpy as np
 import pytest
-from script_testkit import loaded_script
 
+from research.verl_learning import verl_learning
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.overrides import apply_overrides
 
 
-@pytest.fixture(scope="module")
-def bench():
-    with loaded_script("benchmarks/bench_verl_learning.py", "bench_verl_learning") as module:
-        yield module
-
-
-def test_paired_change_is_the_mean_difference_with_its_standard_error(bench):
+def test_paired_change_is_the_mean_difference_with_its_standard_error():
     before = np.array([0.0, 0.5, 1.0, 0.0])
     after = np.array([1.0, 0.5, 1.0, 0.5])
-    change = bench.paired(after, before)
+    change = verl_learning.paired(after, before)
     difference = after - before
     assert change["mean"] == pytest.approx(0.375)
     assert change["se"] == pytest.approx(difference.std(ddof=1) / 2)
     assert change["z"] == pytest.approx(change["mean"] / change["se"])
-    assert bench.paired(before, before)["z"] is None  # no spread: no z (JSON null, not a bare NaN)
-    assert bench.paired(after[:1], before[:1])["se"] is None  # one board: no se
-    assert bench.or_dash(None, "+.1f") == "-" and bench.or_dash(-0.26, "+.1f") == "-0.3"
+    assert verl_learning.paired(before, before)["z"] is None  # no spread: no z (JSON null, not a bare NaN)
+    assert verl_learning.paired(after[:1], before[:1])["se"] is None  # one board: no se
+    assert verl_learning.or_dash(None, "+.1f") == "-" and verl_learning.or_dash(-0.26, "+.1f") == "-0.3"
 
 
-def test_results_are_strict_json_whatever_the_readings(bench):
+def test_results_are_strict_json_whatever_the_readings():
     nan, inf = float("nan"), float("inf")
     result = {"z": nan, "runs": [{"wall_s": inf, "steps": 3}, (0.5, -inf)], "name": "x", "ok": True}
     strict = {"z": None, "runs": [{"wall_s": None, "steps": 3}, [0.5, None]], "name": "x", "ok": True}
-    assert bench.finite_or_null(result) == strict
-    assert bench.paired(np.array([nan, 1.0]), np.array([0.0, 0.0]))["z"] is None  # a NaN reading: no z
-    assert bench.LoadSampler().summary() == {"min": None, "median": None, "max": None, "readings": 0}
+    assert verl_learning.finite_or_null(result) == strict
+    assert verl_learning.paired(np.array([nan, 1.0]), np.array([0.0, 0.0]))["z"] is None  # a NaN reading: no z
+    assert verl_learning.LoadSampler().summary() == {"min": None, "median": None, "max": None, "readings": 0}
 
 
-def test_one_mini_batch_holds_every_sample_a_policy_can_get(bench):
+def test_one_mini_batch_holds_every_sample_a_policy_can_get():
     shared = apply_overrides(LocalTrainConfig(), {"tasks_per_step": 16, "k": 4})
-    assert bench.samples_per_policy(shared) == 16 * 4 * 3 * 2  # compact Plan-Path: 3 turns, tool and plan
+    assert verl_learning.samples_per_policy(shared) == 16 * 4 * 3 * 2  # compact Plan-Path: 3 turns, tool and plan
     per_role = apply_overrides(shared, {"router": "per_role"})
-    assert bench.samples_per_policy(per_role) == 16 * 4 * 3
+    assert verl_learning.samples_per_policy(per_role) == 16 * 4 * 3
 
 
-def test_keys_are_replaced_in_place_or_appended(bench):
+def test_keys_are_replaced_in_place_or_appended():
     base = ["a.b=1", "c=2", "d=x=y"]
-    assert bench.with_keys(base, {"c": 3, "e": "z"}) == ["a.b=1", "d=x=y", "c=3", "e=z"]
+    assert verl_learning.with_keys(base, {"c": 3, "e": "z"}) == ["a.b=1", "d=x=y", "c=3", "e=z"]
 
 
-def test_median_times_skip_the_first_step_and_untimed_phases(bench):
+def test_median_times_skip_the_first_step_and_untimed_phases():
     rows = [{"t": 100.0}, {"t": 1.0}, {"t": 3.0}, {"t": 2.0}]
-    assert bench.median_times(rows, {"step": "t", "old_log_prob": None}) == {"step": 2.0, "old_log_prob": None}
+    assert verl_learning.median_times(rows, {"step": "t", "old_log_prob": None}) == {"step": 2.0, "old_log_prob": None}
 
 
-def test_saved_step_is_the_last_step_every_policy_saved(bench, tmp_path):
-    assert bench.saved_step(tmp_path) == 0
+def test_saved_step_is_the_last_step_every_policy_saved(tmp_path):
+    assert verl_learning.saved_step(tmp_path) == 0
     for policy, step in (("tool", "20"), ("plan", "10")):
         (tmp_path / policy).mkdir()
         (tmp_path / policy / "latest_checkpointed_iteration.txt").write_text(step)
-    assert bench.saved_step(tmp_path) == 10
+    assert verl_learning.saved_step(tmp_path) == 10
 
 
-def test_training_spread_reads_verl_against_the_local_runs_mean_and_sd(bench):
+def test_training_spread_reads_verl_against_the_local_runs_mean_and_sd():
     def board_results(greedy):
         return {"greedy": greedy, "sampled": [0.5, 0.5]}
 
@@ -70,10 +64,10 @@ def test_training_spread_reads_verl_against_the_local_runs_mean_and_sd(bench):
         "verl": {0: board_results([0.0, 1.0]), 25: board_results([0.0, 0.0])},  # 0.5, then 0.0
     }
     spread = {1: {0: board_results([0.0, 1.0]), 25: board_results([0.0, 1.0])}, 2: {0: board_results([0.0, 1.0])}}
-    rows = bench.training_spread(boards, spread)["greedy"]
+    rows = verl_learning.training_spread(boards, spread)["greedy"]
     assert [row["step"] for row in rows] == [0]  # sampler seed 2 has no step 25: only steps every run has
     spread.pop(2)
-    first, second = bench.training_spread(boards, spread)["greedy"]
+    first, second = verl_learning.training_spread(boards, spread)["greedy"]
     assert first["verl_in_local_sds"] is None  # every run reads 0.5: no spread
     assert second["local"] == [1.0, 0.5] and second["local_mean"] == pytest.approx(0.75)
     assert second["local_sd"] == pytest.approx(np.std([1.0, 0.5], ddof=1))

@@ -1,0 +1,1 @@
+"""The embedded default run (make run): recorded, checked and shown against its committed record."""

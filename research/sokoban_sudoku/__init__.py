@@ -1,0 +1,1 @@
+"""The Sokoban and Sudoku study, and the diagnostic of Sokoban's turn-0 plan replies."""
