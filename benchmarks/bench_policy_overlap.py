@@ -32,8 +32,8 @@ from verl_mas.verl_engine.timeline import (
     worker_spans_of,
 )
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "policy_overlap"
-WORK = Path(__file__).resolve().parent / "results" / "policy_overlap"  # models, data, logs (not kept)
+RESULTS = Path(__file__).resolve().parent / "results" / "policy_overlap"
+WORK = Path(__file__).resolve().parents[1] / "runs" / "policy_overlap"  # models, data, logs (not kept)
 # small tasks a tiny model can be warm-started on, with brief prompts; roles in workflow order
 ENVS = {
     "plan_path": {
