@@ -1,5 +1,6 @@
-"""A tiny warm-started model saved to disk, and the config of a run that starts from it: what the experiment scripts
-that read a saved run (`update_direction.py`, `fixed_tasks.py`) are tested on."""
+"""A tiny warm-started model saved to disk, and the config of a run that starts from it: what the research tools that
+read a saved run (`research.tools.update_direction`, `research.tools.fixed_tasks`) are tested on; `TINY` also sizes
+the research tests' short runs."""
 
 from __future__ import annotations
 
