@@ -419,3 +419,7 @@ def main(argv: list[str] | None = None) -> None:
     plot_name = "tester_catch.png" if args.until is None else f"tester_catch_step{args.until}.png"
     plot_shares(runs, team_arms, args.out / plot_name)
     print(text)
+
+
+if __name__ == "__main__":
+    main()

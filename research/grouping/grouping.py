@@ -394,3 +394,7 @@ def main(argv: list[str] | None = None) -> None:
     text += "\n"
     (args.out / "diagnostics.md").write_text(text)
     print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -76,3 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         collect=args.collect,
     )
     run_plan(plan)
+
+
+if __name__ == "__main__":
+    main()
