@@ -21,7 +21,7 @@ TesterReward = Literal["credit_share", "catch_share"]
 TESTER_REWARDS: tuple[TesterReward, ...] = ("credit_share", "catch_share")
 # What a reply of wrong cases bottoms out at: below a valid case that catches nothing (0), above an unreadable reply
 # (-0.5), so that a tester that cannot yet get an expected output right is never taught to write nothing readable
-# (with a floor of -1, training did exactly that: docs/results/learning_code_tester.md).
+# (with a floor of -1, a training run did exactly that; docs/code.md, "The floor").
 REWARD_FLOOR = INVALID_OUTPUT_REWARD / 2
 
 
