@@ -181,7 +181,7 @@ def draw(records: list[dict], policies: tuple[str, ...], step: int, path: Path, 
 
 
 def draw_phase_check(records: list[dict], policies: tuple[str, ...], step: int, path: Path) -> None:
-    """A `mas.phase_check` step: each policy's worker compute spans of old log-probs and update, one policy after the
+    """A `PhaseCheck` trainer hook's step: each policy's worker compute spans of old log-probs and update, one policy after the
     other (the reference) and then at the same time, on one time axis."""
     import matplotlib
 
