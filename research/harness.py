@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from transformers.utils import logging as transformers_logging
 
+from research.records import RUNS_FILE, RunCurves, write_runs
 from research.stats import difference_summary, interval_text, markdown_table, mean_se_text
 from verl_mas.local.callbacks import RunCallbacks
 from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, WarmStartConfig, config_json, read_config
@@ -715,7 +716,7 @@ def run_plan(plan: Plan, callbacks: Sequence[RunCallbacks] = ()) -> list[RunReco
     print(aligned(lines))
     if plan.baseline:
         print(aligned(paired_cells(paired_differences(records, plan.baseline))))
-    print(f"written: {out / RESULTS_FILE}, {out.with_suffix('.md')}, plots in {out}")
+    print(f"written: {out / RESULTS_FILE}, {out / RUNS_FILE}, {out.with_suffix('.md')}, plots in {out}")
     return records
 
 
@@ -726,7 +727,8 @@ def write_report(
     records: list[RunRecord],
     warm_starts: list[WarmStart],
 ) -> list[list[str]]:
-    """learning.json, OUT.md and one plot per env from the runs so far; returns the table's cells."""
+    """learning.json, runs.jsonl (the compact records a study's data keep), OUT.md and one plot per env from the runs so
+    far; returns the table's cells."""
     rows = summarize(records)
     lines = table_cells(rows)
     pngs = []
@@ -760,5 +762,25 @@ def write_report(
         "paired": paired_differences(records, plan.baseline) if plan.baseline else [],
     }
     (out / RESULTS_FILE).write_text(json.dumps(report, indent=2))
+    write_runs(out / RUNS_FILE, compact_runs(report, configs, records))
     write_markdown(out.with_suffix(".md"), out, report, lines, pngs)
     return lines
+
+
+def compact_runs(
+    report: dict[str, Any], configs: dict[str, LocalTrainConfig], records: list[RunRecord]
+) -> list[RunCurves]:
+    """The runs that evaluated, as the compact records a study keeps (`research/records.py`): their curves, with the
+    command, date, machine, the env's settings and wall time; a run stopped early also names its last step."""
+    runs = []
+    for record in records:
+        if record.error or not record.evals:
+            continue
+        config = configs[record.env]
+        labels = {"command": report["command"], "date": report["date"], "machine": report["machine"]}
+        labels |= {"keys": setting_items(config), "env_options": dict(config.env_options), "wall_s": record.wall_s}
+        labels |= {"stopped_at": record.stopped_at} if record.stopped_at is not None else {}
+        runs.append(
+            RunCurves(record.env, record.method, record.seed, tuple(record.evals), tuple(record.sampled_evals), labels)
+        )
+    return runs

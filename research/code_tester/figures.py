@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from research.records import MODES, RUNS_FILE, read_runs
 from research.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -59,8 +60,8 @@ def read_jsonl(name: str) -> list[dict]:
 def runs() -> dict[tuple[str, str, int], dict]:
     """Every run, keyed (campaign, arm, seed), its curves as {step: success}."""
     table = {}
-    for row in read_jsonl("runs.jsonl"):
-        table[(row["campaign"], row["arm"], row["seed"])] = {key: dict(map(tuple, row[key])) for key in ("greedy", "sampled")}
+    for run in read_runs(DATA / RUNS_FILE):
+        table[(run.labels["campaign"], run.method, run.seed)] = {mode: dict(run.curve(mode)) for mode in MODES}
     return table
 
 

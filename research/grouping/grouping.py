@@ -21,8 +21,10 @@ callback).
     python -m research.grouping --seeds 0 1 2 3 4 5 6 7 --collect   # the tables from what is saved
 
 It writes `OUT.md` and `OUT/learning.json` (the harness's table, with every arm's paired difference from the first
-arm, `at_grpo_shared`), and `OUT/diagnostics.md` and `OUT/diagnostics.json`. key=value items override the script's
-defaults (`DEFAULT_OVERRIDES`). `--warm-start shared` trains one warm start (with `--warm-seed`) for every seed and
+arm, `at_grpo_shared`), and `OUT/diagnostics.md` and `OUT/diagnostics.json`; the page's data are `OUT/runs.jsonl`
+(the harness's run records) and `OUT/ablation.json` (the advantages and paired shares the page shows): copied into
+research/grouping/data/, `python -m research.figures` recomputes the page from them. key=value items override the
+script's defaults (`DEFAULT_OVERRIDES`). `--warm-start shared` trains one warm start (with `--warm-seed`) for every seed and
 arm instead of one per seed. `--collect` trains nothing and re-reads what is saved.
 """
 
@@ -43,6 +45,7 @@ import numpy as np
 import torch
 
 from research import harness
+from research.grouping import figures
 from research.stats import difference_summary, interval_text, markdown_table, mean_se_text
 from verl_mas.advantage import GROUPINGS
 from verl_mas.env import StepResult, register_env
@@ -297,6 +300,30 @@ def training_stats(out: Path, seeds: Sequence[int]) -> dict[str, dict[str, Any]]
 CELLS = ("tool", "plan", "turn0", "turn1", "turn2", "tool/turn0", "tool/turn2", "plan/turn0", "plan/turn2")
 
 
+# The paired held-out metrics the page's data keep, per seed.
+ABLATION_METRICS = tuple(
+    f"eval_sampled/{name}" for name in ("team_reward_final", "tool/invalid_move_share", "plan/invalid_move_share")
+)
+ADVANTAGE_FIELDS = ("advantage", "negative_share", "all_negative_groups")
+
+
+def ablation_record(found: dict[int, dict[str, Any]], paired: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the page's figures read (`figures.ABLATION_FILE`): per seed, the warm start's advantages under every
+    grouping in the cells the page shows; per kept metric and arm, its per-seed difference from the baseline arm."""
+    advantages = {
+        str(seed): {
+            name: {
+                "offset_share": result[name]["offset_share"],
+                "cells": {c: {f: result[name]["cells"][c][f] for f in ADVANTAGE_FIELDS} for c in figures.CELLS},
+            }
+            for name in (*GROUPINGS, "no_tree")
+        }
+        for seed, result in found.items()
+    }
+    by_metric = {m: {row["arm"]: row["per_seed"] for row in paired if row["metric"] == m} for m in ABLATION_METRICS}
+    return {"advantages": advantages, "paired": by_metric}
+
+
 def diagnostic_lines(found: dict[int, dict[str, Any]], trained: dict[str, dict[str, Any]]) -> list[str]:
     """The Markdown of the diagnostic: at the warm start (mean over seeds) and during training (mean over steps)."""
     lines = [
@@ -389,6 +416,7 @@ def main(argv: list[str] | None = None) -> None:
     paired = paired_metrics(args.out, args.arms, args.seeds)
     report = {"command": shlex.join(command), "warm_start": found, "training": trained, "paired": paired}
     (args.out / "diagnostics.json").write_text(json.dumps(report, indent=2))
+    (args.out / figures.ABLATION_FILE).write_text(json.dumps(ablation_record(found, paired), indent=1) + "\n")
     text = "\n".join(diagnostic_lines(found, trained)) + "\n"
     text += f"\n## Held-out metrics, paired with `{args.arms[0]}`\n\n" + "\n".join(paired_lines(paired, args.arms[0]))
     text += "\n"

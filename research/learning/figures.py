@@ -1,13 +1,13 @@
-"""The compact-mode table's figures (research/learning/README.md), from data/runs.json; also the run-record readers
+"""The compact-mode table's figures (research/learning/README.md), from data/runs.jsonl; also the paired-gain rows
 the other learning studies' figures share."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from research.records import RUNS_FILE, RunCurves, read_runs, select
 from research.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -20,29 +20,9 @@ METHOD_NAMES = {
 }
 
 
-def read_runs(path: Path) -> list[dict[str, Any]]:
-    """The `runs` list of a study's runs.json."""
-    return json.loads(path.read_text())["runs"]
-
-
-def at_step(run: dict[str, Any], mode: str, step: int) -> float:
-    """A run's held-out success (`greedy` or `sampled`) at `step`; fails naming the run if it has no such reading."""
-    for at, value in run[mode]:
-        if at == step:
-            return value
-    raise KeyError(f"{run['method']} seed {run['seed']} has no {mode} reading at step {step}")
-
-
-def before_after(run: dict[str, Any], mode: str, step: int | None = None) -> tuple[float, float]:
+def before_after(run: RunCurves, mode: str, step: int | None = None) -> tuple[float, float]:
     """A run's reading before RL (step 0) and at `step` (default: its last reading)."""
-    last = run[mode][-1][0] if step is None else step
-    return at_step(run, mode, 0), at_step(run, mode, last)
-
-
-def select(runs: Iterable[dict[str, Any]], method: str, **match: Any) -> list[dict[str, Any]]:
-    """The runs of one method (and any other field equal to `match`), sorted by seed."""
-    chosen = [r for r in runs if r["method"] == method and all(r.get(k) == v for k, v in match.items())]
-    return sorted(chosen, key=lambda r: r["seed"])
+    return run.at(mode, 0), run.at(mode, run.last(mode)[0] if step is None else step)
 
 
 def mean(values: Iterable[float]) -> float:
@@ -50,7 +30,7 @@ def mean(values: Iterable[float]) -> float:
     return sum(values) / len(values)
 
 
-def gain_summary(runs: list[dict[str, Any]], mode: str, step: int | None = None) -> dict[str, Any]:
+def gain_summary(runs: list[RunCurves], mode: str, step: int | None = None) -> dict[str, Any]:
     """The paired gains (reading at `step` minus the same run's step 0) over runs, as `difference_summary`."""
     return difference_summary([after - before for before, after in (before_after(r, mode, step) for r in runs)])
 
@@ -59,7 +39,7 @@ def per_seed_text(summary: dict[str, Any]) -> str:
     return " ".join(number(d, signed=True) for d in summary["per_seed"])
 
 
-def gain_rows(runs: list[dict[str, Any]], methods: Iterable[str], step: int | None = None) -> list[list[str]]:
+def gain_rows(runs: list[RunCurves], methods: Iterable[str], step: int | None = None) -> list[list[str]]:
     """One row per method: seeds, greedy before -> after, its paired gain, the same sampled."""
     rows = []
     for method in methods:
@@ -86,12 +66,12 @@ GAIN_HEADER = [
 
 
 def tables() -> dict[str, str]:
-    runs = read_runs(DATA / "runs.json")
+    runs = read_runs(DATA / RUNS_FILE)
     warm = select(runs, "mas_no_rl")
     single = select(runs, "single_grpo")
     warm_line = (
-        f"Warm starts before RL (greedy, mean of {len(warm)} seeds): team {number(mean(at_step(r, 'greedy', 0) for r in warm))}, "
-        f"single agent {number(mean(at_step(r, 'greedy', 0) for r in single))}."
+        f"Warm starts before RL (greedy, mean of {len(warm)} seeds): team {number(mean(r.at('greedy', 0) for r in warm))}, "
+        f"single agent {number(mean(r.at('greedy', 0) for r in single))}."
     )
     methods = ["single_grpo", "at_grpo_shared", "at_grpo_per_role", "mas_grpo_task"]
     shared = select(runs, "at_grpo_shared")

@@ -16,7 +16,8 @@ rule arms (`research.code_tester`).
 
 key=value items are overrides as for `verl-mas train` (env, seed, steps, output_dir, router, grouping, rollout_mode,
 resume, preset and env_options.single_agent come from the flags and the method). It writes OUT.md (the table, the
-command, every setting), OUT/learning.json (the same as data), OUT/<env>_learning.png (held-out success per step,
+command, every setting), OUT/learning.json (the same as data), OUT/runs.jsonl (one compact record a run: what a
+study's data/ keep, `research/records.py`), OUT/<env>_learning.png (held-out success per step,
 mean over seeds with a min-max band), each run's folder OUT/<env>/seed<S>/<method>/ and the warm starts
 OUT/<env>/seed<S>/warm_start_team/ and warm_start_single/ (with a key file).
 

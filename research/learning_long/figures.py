@@ -1,37 +1,38 @@
-"""The 500-1000-step runs' figures (research/learning_long/README.md), from data/runs.json."""
+"""The 500-1000-step runs' figures (research/learning_long/README.md), from data/runs.jsonl."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from research.learning.figures import GAIN_HEADER, METHOD_NAMES, at_step, gain_rows, read_runs, select
+from research.learning.figures import GAIN_HEADER, METHOD_NAMES, gain_rows
+from research.records import RUNS_FILE, RunCurves, read_runs, select
 from research.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
 METHODS = ("at_grpo_shared", "single_grpo")
 
 
-def curve_table(runs: list[dict]) -> str:
+def curve_table(runs: list[RunCurves]) -> str:
     """Seed 0's 1000-step runs, every 100 steps."""
-    steps = [step for step, _ in select(runs, "at_grpo_shared", seed=0)[0]["greedy"]]
+    steps = [step for step, _ in select(runs, "at_grpo_shared", seed=0)[0].greedy]
     lines = [["steps", *map(str, steps)]]
     for method in METHODS:
         run = select(runs, method, seed=0)[0]
         for mode in ("greedy", "sampled"):
-            lines.append([f"{METHOD_NAMES[method]}, {mode}", *(number(at_step(run, mode, s)) for s in steps)])
+            lines.append([f"{METHOD_NAMES[method]}, {mode}", *(number(run.at(mode, s)) for s in steps)])
     return markdown_table(lines)
 
 
-def team_minus_single(runs: list[dict], mode: str) -> dict:
+def team_minus_single(runs: list[RunCurves], mode: str) -> dict:
     """Per seed, AT-GRPO's gain at step 500 minus the single agent's."""
     gains = {}
     for method in METHODS:
-        gains[method] = [at_step(r, mode, 500) - at_step(r, mode, 0) for r in select(runs, method)]
+        gains[method] = [r.at(mode, 500) - r.at(mode, 0) for r in select(runs, method)]
     return difference_summary([a - b for a, b in zip(gains["at_grpo_shared"], gains["single_grpo"])])
 
 
 def tables() -> dict[str, str]:
-    runs = read_runs(DATA / "runs.json")
+    runs = read_runs(DATA / RUNS_FILE)
     gains = markdown_table([GAIN_HEADER, *gain_rows(runs, METHODS, step=500)])
     difference = (
         "AT-GRPO's gain minus the single agent's, paired per seed: greedy "
@@ -41,7 +42,7 @@ def tables() -> dict[str, str]:
         + "."
     )
     shared = select(runs, "at_grpo_shared")
-    greedy = difference_summary([at_step(r, "greedy", 500) - at_step(r, "greedy", 0) for r in shared])
+    greedy = difference_summary([r.at("greedy", 500) - r.at("greedy", 0) for r in shared])
     return {
         "seed0_curve": curve_table(runs),
         "gains_500": gains + "\n\n" + difference,

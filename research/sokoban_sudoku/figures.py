@@ -1,4 +1,4 @@
-"""The Sokoban and Sudoku figures (research/sokoban_sudoku/README.md), from data/runs.json, kl_windows.json and
+"""The Sokoban and Sudoku figures (research/sokoban_sudoku/README.md), from data/runs.jsonl, kl_windows.json and
 replies.json."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from research.learning.figures import METHOD_NAMES, at_step, mean, read_runs, select
+from research.learning.figures import METHOD_NAMES, mean
+from research.records import RUNS_FILE, RunCurves, read_runs, select
 from research.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -20,18 +21,18 @@ WINDOW_METRICS = {
 }
 
 
-def final(run: dict, mode: str) -> float:
+def final(run: RunCurves, mode: str) -> float:
     """A run's last reading; a no-RL run's only one."""
-    return run[mode][-1][1]
+    return run.last(mode)[1]
 
 
-def kl_difference(runs: list[dict], arm: str, baseline: str, mode: str) -> dict:
+def kl_difference(runs: list[RunCurves], arm: str, baseline: str, mode: str) -> dict:
     """Per seed, `arm`'s reading after 40 steps minus `baseline`'s (the same warm start)."""
-    base = {r["seed"]: final(r, mode) for r in select(runs, baseline, design="kl_8_seeds")}
-    return difference_summary([final(r, mode) - base[r["seed"]] for r in select(runs, arm, design="kl_8_seeds")])
+    base = {r.seed: final(r, mode) for r in select(runs, baseline, design="kl_8_seeds")}
+    return difference_summary([final(r, mode) - base[r.seed] for r in select(runs, arm, design="kl_8_seeds")])
 
 
-def kl_tables(runs: list[dict]) -> tuple[str, str]:
+def kl_tables(runs: list[RunCurves]) -> tuple[str, str]:
     lines = [["arm - arm", "greedy (SE) [95%]", "sampled (SE) [95%]"]]
     for arm, baseline in KL_PAIRS:
         cells = [summary_text(kl_difference(runs, arm, baseline, mode)) for mode in ("greedy", "sampled")]
@@ -66,31 +67,31 @@ def replies_table(replies: dict) -> str:
     return markdown_table(lines)
 
 
-def seed0_table(runs: list[dict]) -> str:
+def seed0_table(runs: list[RunCurves]) -> str:
     """Seed 0, 40 steps, every method: Sokoban, Sudoku with 6 and 10 givens (64 boards, greedy)."""
     lines = [["method", "Sokoban", "Sudoku, 6 givens", "Sudoku, 10 givens"]]
     for method, name in METHOD_NAMES.items():
         cells = []
         for design, env in (("all_methods", "sokoban"), ("all_methods", "sudoku"), ("sudoku_clues10", "sudoku")):
             run = select(runs, method, design=design, env=env)[0]
-            before, after = at_step(run, "greedy", 0), final(run, "greedy")
+            before, after = run.at("greedy", 0), final(run, "greedy")
             cells.append(number(before) if method == "mas_no_rl" else f"{number(before)} -> {number(after)}")
         lines.append([name, *cells])
     return markdown_table(lines)
 
 
-def settings_table(runs: list[dict]) -> str:
+def settings_table(runs: list[RunCurves]) -> str:
     """Seed 0's other Sokoban settings, AT-GRPO (shared model), greedy on 128 boards."""
     lines = [["setting", "steps", "greedy at 0 -> end", "sampled at 0 -> end"]]
     for design, name in (("steps_200", "default reward, 200 steps"), ("pace", "`pace` reward"), ("turns5", "5 turns (its own warm start)")):
         run = select(runs, "at_grpo_shared", design=design)[0]
-        cells = [f"{number(at_step(run, m, 0))} -> {number(final(run, m))}" for m in ("greedy", "sampled")]
-        lines.append([name, str(run["greedy"][-1][0]), *cells])
+        cells = [f"{number(run.at(m, 0))} -> {number(final(run, m))}" for m in ("greedy", "sampled")]
+        lines.append([name, str(run.last("greedy")[0]), *cells])
     return markdown_table(lines)
 
 
 def tables() -> dict[str, str]:
-    runs = read_runs(DATA / "runs.json")
+    runs = read_runs(DATA / RUNS_FILE)
     differences, levels = kl_tables(runs)
     regression = kl_difference(runs, "at_grpo_shared", "mas_no_rl", "greedy")
     kl = kl_difference(runs, "at_grpo_shared_kl", "mas_no_rl", "greedy")

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 from saved_run_testkit import TINY
 
-from research.grouping import grouping
+from research.grouping import figures, grouping
+from verl_mas.advantage import GROUPINGS
 from verl_mas.dataset import split_tasks
 from verl_mas.local.callbacks import RunCallbacks
 from verl_mas.local.config import LocalTrainConfig
@@ -78,3 +79,22 @@ def test_the_advantage_recorder_writes_every_steps_breakdown_and_a_fresh_run_sta
         for step, (samples, advantages) in enumerate(capture.steps)
     ]
     assert [json.loads(line) for line in lines] == json.loads(json.dumps(expected)) and len(lines) == 2
+
+
+def test_the_ablation_record_keeps_what_the_page_reads_in_the_form_of_its_data():
+    cell = {"n": 8, "reward": 0.5, "advantage": -0.25, "negative_share": 0.75, "all_negative_groups": 0.5}
+    result = {"cells": {name: cell for name in ("tool", "plan", "turn0", "turn1", "turn2", "tool/turn0")}}
+    found = {3: {"key": "k", "tasks": 16, **{g: result | {"offset_share": 0.9} for g in (*GROUPINGS, "no_tree")}}}
+    paired = [
+        {"arm": "mas_grpo_task", "metric": metric, "per_seed": [0.125], "mean": 0.125}
+        for metric in ("eval/success", *grouping.ABLATION_METRICS)
+    ]
+    record = grouping.ablation_record(found, paired)
+    kept = {"advantage": -0.25, "negative_share": 0.75, "all_negative_groups": 0.5}
+    assert record["advantages"]["3"]["task"] == {"offset_share": 0.9, "cells": dict.fromkeys(figures.CELLS, kept)}
+    assert record["paired"] == dict.fromkeys(grouping.ABLATION_METRICS, {"mas_grpo_task": [0.125]})
+    committed = json.loads((figures.DATA / figures.ABLATION_FILE).read_text())
+    assert committed["paired"].keys() == record["paired"].keys()
+    for seed in committed["advantages"].values():
+        assert seed.keys() == record["advantages"]["3"].keys()
+        assert {name: list(g["cells"]) for name, g in seed.items()} == dict.fromkeys(seed, list(figures.CELLS))
