@@ -24,8 +24,8 @@ It writes `OUT.md` and `OUT/learning.json` (the harness's table, with every arm'
 arm, `at_grpo_shared`), and `OUT/diagnostics.md` and `OUT/diagnostics.json`; the page's data are `OUT/runs.jsonl`
 (the harness's run records) and `OUT/ablation.json` (the advantages and paired shares the page shows): copied into
 research/grouping/data/, `python -m research.figures` recomputes the page from them. key=value items override the
-script's defaults (`DEFAULT_OVERRIDES`). `--warm-start shared` trains one warm start (with `--warm-seed`) for every seed and
-arm instead of one per seed. `--collect` trains nothing and re-reads what is saved.
+script's defaults (`DEFAULT_OVERRIDES`). `--warm-start shared` trains one warm start (with `--warm-seed`) for every
+seed and arm instead of one per seed. `--collect` trains nothing and re-reads what is saved.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ and engine/engine differences are paired per board.
 
     python -m research.verl_learning --router shared --steps 150 --eval-every 25
     python -m research.verl_learning --plot     # the chart and table of every router's saved JSON
+
+It writes the whole result to runs/verl_learning/ROUTER.json and the page's data, every board's result at every
+checkpoint, every run's curve and the median step times, to OUT/ROUTER.json (`--out`, default
+runs/verl_learning/data): copied into research/verl_learning/data/, `python -m research.figures` recomputes the page.
 """
 
 from __future__ import annotations
@@ -41,8 +45,14 @@ from verl_mas.verl_engine.cpu_run import CpuRun, run_on_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / "runs" / "verl_learning"  # models, data, run folders (not kept)
-RESULTS = Path(__file__).resolve().parent / "data"
-CHART = RESULTS / "verl_learning.png"
+DEFAULT_OUT = WORK / "data"  # the compact records the page reads (research/verl_learning/data/ROUTER.json)
+CHART = Path(__file__).resolve().parent / "data" / "verl_learning.png"
+ABOUT = (
+    "Held-out readings of each run on the same {boards} evaluation boards at every checkpoint. boards: per engine and "
+    "step, one character per board, greedy solved (0/1) and sampled episodes solved of {samples} (0/1/2). curves: "
+    "success per step for the two engines' main runs and the local runs that differ only in sampler seed. step_s: "
+    "median step time and its phases (s)."
+)
 ENGINES = ("local", "verl")
 LOCAL_TIMES = {
     "generation": "time/generation_s",
@@ -400,10 +410,35 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
         "training_spread": training_spread(boards, spread),
         "boards_per_step": boards,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{args.router}.json"
+    path = WORK / f"{args.router}.json"
     path.write_text(json.dumps(finite_or_null(result), indent=1, allow_nan=False))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / path.name).write_text(json.dumps(finite_or_null(compact_record(result)), indent=1, allow_nan=False))
     return path
+
+
+def compact_record(result: dict[str, Any]) -> dict[str, Any]:
+    """What the page's figures read from a whole result: every board's reading at every checkpoint of both engines as
+    one character a board (greedy 0/1, sampled the episodes solved), every run's curve, the median step times."""
+    samples = result["sampled_episodes_per_board"]
+    scale = {"greedy": 1, "sampled": samples}
+    boards = result["boards_per_step"]
+    curves = {engine: result["engines"][engine]["curve"] for engine in ENGINES}
+    curves |= {f"local, sampler seed {seed}": curve for seed, curve in result["local_sampler_runs"].items()}
+    return {
+        "about": ABOUT.format(boards=result["boards"], samples=samples),
+        **{key: result[key] for key in ("date", "command", "router", "seed", "boards", "sampled_episodes_per_board")},
+        "steps": curves["local"]["greedy"]["steps"],
+        "board_results": {
+            engine: {
+                step: {mode: "".join(str(round(v * scale[mode])) for v in reading[mode]) for mode in scale}
+                for step, reading in by_step.items()
+            }
+            for engine, by_step in boards.items()
+        },
+        "curves": {name: {mode: curve[mode]["success"] for mode in scale} for name, curve in curves.items()},
+        "step_s": {engine: result["engines"][engine]["times"] for engine in ENGINES},
+    }
 
 
 def print_report(path: Path) -> None:
@@ -512,10 +547,13 @@ def main(argv: list[str] | None = None) -> None:
         "the spread of training runs",
     )
     parser.add_argument("--reuse", action="store_true", help="take finished engine runs from the work folder")
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help="folder of the page's data, ROUTER.json (default: %(default)s)"
+    )
     parser.add_argument("--plot", action="store_true", help="only report and chart the saved results")
     args = parser.parse_args(argv)
     if args.plot:
-        paths = [path for path in (RESULTS / "shared.json", RESULTS / "per_role.json") if path.exists()]
+        paths = [path for path in (WORK / "shared.json", WORK / "per_role.json") if path.exists()]
         for path in paths:
             print_report(path)
         plot(paths)

@@ -72,3 +72,32 @@ def test_training_spread_reads_verl_against_the_local_runs_mean_and_sd():
     assert second["local"] == [1.0, 0.5] and second["local_mean"] == pytest.approx(0.75)
     assert second["local_sd"] == pytest.approx(np.std([1.0, 0.5], ddof=1))
     assert second["verl_in_local_sds"] == pytest.approx((0.0 - 0.75) / np.std([1.0, 0.5], ddof=1))
+
+
+def test_the_compact_record_is_what_the_pages_figures_read(monkeypatch, tmp_path):
+    from research.verl_learning import figures
+
+    boards = {
+        engine: {
+            "0": {"greedy": [1.0, 0.0, 1.0, 0.0], "sampled": [1.0, 0.5, 0.0, 0.5]},
+            "25": {"greedy": [1.0, 1.0, 1.0, 0.0], "sampled": [1.0, 1.0, 0.5, 0.0]},
+        }
+        for engine in verl_learning.ENGINES
+    }
+    curve = {mode: {"steps": [0, 25], "success": [0.5, 0.75], "change": []} for mode in ("greedy", "sampled")}
+    times = {"generation": 1.0, "old_log_prob": None, "advantage": 0.5, "update": 2.0, "step": 3.5}
+    raw = {
+        "date": "2026-11-26", "command": "python -m research.verl_learning", "router": "shared", "seed": 0,
+        "boards": 4, "sampled_episodes_per_board": 2, "local_torch_threads": 1, "verl_minus_local": {},
+        "engines": {engine: {"curve": curve, "times": times, "wall_s": 9.0} for engine in verl_learning.ENGINES},
+        "local_sampler_runs": {"1": curve}, "training_spread": {}, "boards_per_step": boards,
+    }
+    record = verl_learning.compact_record(raw)
+    assert record["board_results"]["verl"]["25"] == {"greedy": "1110", "sampled": "2210"}
+    assert record["board_results"]["local"]["0"] == {"greedy": "1010", "sampled": "2101"}
+    assert record["steps"] == [0, 25] and record["step_s"]["local"] == times
+    assert list(record["curves"]) == ["local", "verl", "local, sampler seed 1"]
+    assert record["curves"]["local, sampler seed 1"] == {"greedy": [0.5, 0.75], "sampled": [0.5, 0.75]}
+    # the figures read it back: per board 2/2, 2/2, 1/2, 0/2 after against 2/2, 1/2, 0/2, 1/2 before
+    assert figures.per_board(record, "verl", 25, "sampled") == [1.0, 1.0, 0.5, 0.0]
+    assert figures.change(record, "verl", 25, "sampled")["mean"] == pytest.approx((0 + 0.5 + 0.5 - 0.5) / 4)
