@@ -166,6 +166,41 @@ class PolicyTrainer:
             skipped_steps (non-finite gradients) and optimizer_steps (the trainer's running total). Loss metrics are
             absent when no sample has a response token.
         """
+        n = tensors.response_mask.shape[0]
+        columns = self._loss_columns(tensors, advantages, ref_logprobs)
+        mini = self.config.mini_batch_size or n
+        tally = _MetricTally()
+        groups = prompt_groups(tensors)
+        for _ in range(self.config.ppo_epochs):
+            order = torch.cat([groups[g] for g in torch.randperm(len(groups), generator=self.generator).tolist()])
+            for start in range(0, n, mini):
+                self._update_mini_batch(tensors, columns, order[start : start + mini], tally)
+        return tally.summary(lr=self.optimizer.param_groups[0]["lr"], optimizer_steps=self.optimizer_steps)
+
+    def gradient(
+        self, tensors: VerlBatchTensors, advantages: torch.Tensor, ref_logprobs: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The flattened gradient of this policy's loss on all of `tensors` as one mini-batch, at the current
+        weights: what `step` accumulates before clipping and its optimizer step, with mini_batch_size None and the
+        first epoch. Nothing is updated, and no gradient is left on the parameters.
+
+        Args: as `step`'s. Returns: [P] float32 on CPU, the trainable parameters' gradients in their order (zeros
+        where the loss does not reach a parameter, and everywhere when no sample has a response token).
+        """
+        columns = self._loss_columns(tensors, advantages, ref_logprobs)
+        rows = torch.arange(tensors.response_mask.shape[0])
+        if tensors.response_mask.sum() > 0:
+            self._backward(tensors, columns, rows, _MetricTally())
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.parameters]
+        flat = torch.cat([g.detach().flatten().float().cpu() for g in grads])
+        self.optimizer.zero_grad(set_to_none=True)
+        return flat
+
+    def _loss_columns(
+        self, tensors: VerlBatchTensors, advantages: torch.Tensor, ref_logprobs: torch.Tensor | None
+    ) -> dict[str, torch.Tensor]:
+        """The per-token columns the loss reads: old log-probs (recomputed when absent), advantages, and the
+        reference log-probs with `use_kl_loss`; leaves this policy active."""
         n, r = tensors.response_mask.shape
         if tuple(advantages.shape) != (n, r):
             raise ValueError(f"advantages shape {tuple(advantages.shape)} != response shape {(n, r)}")
@@ -176,22 +211,34 @@ class PolicyTrainer:
         columns = {"old_log_probs": old_logprobs, "advantages": advantages}
         if self.config.use_kl_loss:
             columns["ref_logprobs"] = ref_logprobs
-        mini = self.config.mini_batch_size or n
-        tally = _MetricTally()
-        groups = prompt_groups(tensors)
-        for _ in range(self.config.ppo_epochs):
-            order = torch.cat([groups[g] for g in torch.randperm(len(groups), generator=self.generator).tolist()])
-            for start in range(0, n, mini):
-                self._update_mini_batch(tensors, columns, order[start : start + mini], tally)
-        return tally.summary(lr=self.optimizer.param_groups[0]["lr"], optimizer_steps=self.optimizer_steps)
+        return columns
 
     def _update_mini_batch(
         self, tensors: VerlBatchTensors, columns: dict[str, torch.Tensor], rows: torch.Tensor, tally: _MetricTally
     ) -> None:
+        if tensors.response_mask[rows].sum() == 0:  # nothing to learn from (e.g. all responses empty): no step
+            return
+        pg_loss_total, kl_loss_total = self._backward(tensors, columns, rows, tally)
+        max_norm = self.config.grad_clip if self.config.grad_clip is not None else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, max_norm=max_norm)
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+            self.optimizer_steps += 1
+        else:  # as verl does: a non-finite gradient skips the update instead of poisoning the weights
+            tally.skipped_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        tally.add_step("pg_loss", pg_loss_total)
+        tally.add_step("grad_norm", grad_norm.item())
+        if self.config.use_kl_loss:
+            tally.add_step("kl_loss", kl_loss_total)
+
+    def _backward(
+        self, tensors: VerlBatchTensors, columns: dict[str, torch.Tensor], rows: torch.Tensor, tally: _MetricTally
+    ) -> tuple[float, float]:
+        """Zero the gradients, then accumulate the mini-batch `rows`' loss gradient micro-batch by micro-batch (the
+        rows hold at least one response token); returns the mini-batch's pg loss and KL loss."""
         mask = tensors.response_mask[rows]
         num_tokens = int(mask.sum().item())
-        if num_tokens == 0:  # nothing to learn from (e.g. all responses empty): no optimizer step
-            return
         # Each micro-batch's loss is its share of the mini-batch loss, as verl's ppo_loss does across dp ranks
         # and micro-batches: normalise by the mini-batch's tokens / sequences, not the micro-batch's.
         self.actor_config.global_batch_info.update(
@@ -252,18 +299,7 @@ class PolicyTrainer:
             tally.add_mean("approx_kl", pg_metrics["actor/ppo_kl"], micro_tokens)
             neg_logprob = -(logprobs.detach() * batch.response_mask).sum().item() / micro_tokens
             tally.add_mean("neg_logprob", neg_logprob, micro_tokens)
-        max_norm = self.config.grad_clip if self.config.grad_clip is not None else math.inf
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, max_norm=max_norm)
-        if torch.isfinite(grad_norm):
-            self.optimizer.step()
-            self.optimizer_steps += 1
-        else:  # as verl does: a non-finite gradient skips the update instead of poisoning the weights
-            tally.skipped_steps += 1
-        self.optimizer.zero_grad(set_to_none=True)
-        tally.add_step("pg_loss", pg_loss_total)
-        tally.add_step("grad_norm", grad_norm.item())
-        if self.config.use_kl_loss:
-            tally.add_step("kl_loss", kl_loss_total)
+        return pg_loss_total, kl_loss_total
 
     def _forward(
         self, batch: _RowBatch, with_entropy: bool = False, model: torch.nn.Module | None = None

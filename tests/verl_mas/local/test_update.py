@@ -368,3 +368,46 @@ def test_mini_batches_hold_whole_prompt_groups(monkeypatch) -> None:
     trainer.step(tensors, spread(tensors, [1.0, -1.0, -1.0, 0.5, 1.0, -0.5]))
     assert len(seen) == 9 and all(mini in ([0, 2], [1, 4], [3, 5]) for mini in seen)
     assert len({tuple(map(tuple, seen[i : i + 3])) for i in (0, 3, 6)}) > 1  # the group order is shuffled per epoch
+
+
+@pytest.mark.parametrize("micro_batch_size", [None, 2])
+def test_gradient_is_what_the_step_accumulates_before_its_optimizer_step(micro_batch_size: int | None) -> None:
+    model = tiny_model()
+    tensors = batch(ROWS + [([9, 8], [7, 6, 5, 4])])
+    advantages = spread(tensors, [1.0, -1.0, 0.5, -0.5])
+    config = UpdateConfig(lr=1e-2, micro_batch_size=micro_batch_size)
+    measured = PolicyTrainer(copy.deepcopy(model), config)
+    before = [p.detach().clone() for p in measured.parameters]
+    flat = measured.gradient(tensors, advantages)
+    _, step_grads = step_gradients(PolicyTrainer(copy.deepcopy(model), config), tensors, advantages)
+    torch.testing.assert_close(flat, torch.cat([g.flatten() for g in step_grads]), atol=1e-6, rtol=1e-5)
+    # nothing moved, nothing left behind: the trainer still steps as a fresh one would
+    assert all(torch.equal(a, b) for a, b in zip(before, measured.parameters, strict=True))
+    assert all(p.grad is None for p in measured.parameters) and measured.optimizer_steps == 0
+
+
+def test_gradient_on_policy_is_minus_advantage_weighted_logprob_gradient_over_tokens() -> None:
+    trainer = PolicyTrainer(tiny_model(), UpdateConfig())
+    tensors = batch(ROWS)
+    per_sample = [1.0, -1.0, 0.5]
+    flat = trainer.gradient(tensors, spread(tensors, per_sample))
+
+    # on-policy the ratio is 1 and no clip binds: d loss = -(1 / tokens) sum_i A_i d sum_t log p_it
+    reference = tiny_model()
+    response_length = tensors.responses.shape[1]
+    logits = response_logits(reference, tensors.input_ids, tensors.attention_mask, response_length)
+    log_probs = scaled_log_softmax(logits, 1.0).gather(-1, tensors.responses.unsqueeze(-1)).squeeze(-1)
+    sums = (log_probs * tensors.response_mask).sum(-1)
+    (-(torch.tensor(per_sample) * sums).sum() / 6).backward()
+    expected = torch.cat([p.grad.flatten() for p in reference.parameters()])
+    torch.testing.assert_close(flat, expected, atol=1e-6, rtol=1e-4)
+    assert flat.abs().sum() > 0
+    # linear in the advantages: their negation negates it, zeros give zeros
+    torch.testing.assert_close(trainer.gradient(tensors, -spread(tensors, per_sample)), -flat)
+    assert not trainer.gradient(tensors, torch.zeros(tensors.response_mask.shape)).any()
+
+
+def test_gradient_refuses_advantages_of_another_shape() -> None:
+    tensors = batch(ROWS)
+    with pytest.raises(ValueError, match="advantages shape"):
+        PolicyTrainer(tiny_model(), UpdateConfig()).gradient(tensors, torch.zeros(3, 1))
