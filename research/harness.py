@@ -90,6 +90,9 @@ class Method:
     env_options: Mapping[str, Any] = field(default_factory=dict)
 
 
+# AT-GRPO as the paper runs it, one model shared by both roles: at_grpo_shared, and the arms that change one thing of it
+AT_GRPO_SHARED: dict[str, Any] = {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn"}
+
 METHODS: dict[str, Method] = {
     "mas_no_rl": Method("two agents, the warm-started model without RL (steps 0)", True, {"router": "shared"}, False),
     "single_grpo": Method(
@@ -100,7 +103,7 @@ METHODS: dict[str, Method] = {
     "at_grpo_shared": Method(
         "two agents, AT-GRPO tree, groups per (task, role, turn), one model shared by both roles",
         True,
-        {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn"},
+        AT_GRPO_SHARED,
     ),
     "at_grpo_per_role": Method(
         "two agents, AT-GRPO tree, groups per (task, role, turn), one model per role",
@@ -130,14 +133,14 @@ METHODS: dict[str, Method] = {
         "two agents, AT-GRPO tree, groups per (task, role, turn), one shared model, with a KL loss to the warm start "
         "(update.use_kl_loss=true; update.kl_coef from the command)",
         True,
-        {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn", "update": {"use_kl_loss": True}},
+        AT_GRPO_SHARED | {"update": {"use_kl_loss": True}},
     ),
     # the code tester's reward rules (docs/code.md; research.code_tester): at_grpo_shared with one or the other
     "at_grpo_credit_share": Method(
         "two agents, AT-GRPO tree, groups per (task, role, turn), one shared model; the code tester earns the share "
         "of its cases that a correct program passes and some known-wrong program fails (tester_reward=credit_share)",
         True,
-        {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn"},
+        AT_GRPO_SHARED,
         env_options={"tester_reward": "credit_share"},
     ),
     "at_grpo_catch_share": Method(
@@ -145,7 +148,7 @@ METHODS: dict[str, Method] = {
         "of known-wrong programs its valid cases catch, minus 1 per case a correct program fails, never below -0.25 "
         "(tester_reward=catch_share)",
         True,
-        {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn"},
+        AT_GRPO_SHARED,
         env_options={"tester_reward": "catch_share"},
     ),
     # at_grpo_catch_share with each group's rewards only centred (verl's norm_adv_by_std_in_grpo=false): a group whose
@@ -154,7 +157,7 @@ METHODS: dict[str, Method] = {
         "at_grpo_catch_share with advantages centred on the group's mean, not divided by its std "
         "(norm_adv_by_std=false)",
         True,
-        {"router": "shared", "rollout_mode": "tree", "grouping": "task_role_turn", "norm_adv_by_std": False},
+        AT_GRPO_SHARED | {"norm_adv_by_std": False},
         env_options={"tester_reward": "catch_share"},
     ),
 }
@@ -663,6 +666,22 @@ class Plan:
     overrides: Sequence[str] = ()
     baseline: str | None = None
     collect: bool = False
+
+
+def arms_plan(env: str, args: argparse.Namespace, command: Sequence[str], overrides: Sequence[str]) -> Plan:
+    """The plan of a study comparing arms on one env, from its `parse_with_overrides` arguments (--seeds, --steps,
+    --arms, --out, --collect): every arm on every seed, each paired with the first arm."""
+    return Plan(
+        envs=[env],
+        seeds=args.seeds,
+        methods=args.arms,
+        out=args.out,
+        command=command,
+        steps=args.steps,
+        overrides=overrides,
+        baseline=args.arms[0],
+        collect=args.collect,
+    )
 
 
 def run_plan(plan: Plan, callbacks: Sequence[RunCallbacks] = ()) -> list[RunRecord]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from research.evaluations import each_text, first_to_last, read_rows, run_rows
 from research.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -21,15 +21,12 @@ SEED4_RUNS = {
 
 def evaluations() -> list[dict]:
     """Every evaluation of every run, in the file's order."""
-    return [json.loads(line) for line in (DATA / "evals.jsonl").read_text().splitlines() if line.strip()]
+    return read_rows(DATA / "evals.jsonl")
 
 
 def curve(evals: list[dict], group: str, run: str, seed: int) -> list[dict]:
-    """One run's evaluations by step, naming the run when it has none."""
-    rows = sorted((e for e in evals if (e["group"], e["run"], e["seed"]) == (group, run, seed)), key=lambda e: e["step"])
-    if not rows:
-        raise KeyError(f"data/evals.jsonl has no run {group}/{run} seed {seed}")
-    return rows
+    """One run's evaluations by step."""
+    return run_rows(evals, group=group, run=run, seed=seed)
 
 
 def gain(evals: list[dict], run: str, key: str) -> dict:
@@ -53,7 +50,7 @@ def table(evals: list[dict]) -> str:
             str(seed),
             f"{number(team['greedy'])} ({number(team['sampled'])})",
             f"{number(rl['greedy'])} ({number(rl['sampled'])}) [{rl['step']}]",
-            f"{number(single[0]['greedy'])} -> {number(single[-1]['greedy'])} ({number(single[-1]['sampled'])})",
+            f"{first_to_last(single, 'greedy')} ({number(single[-1]['sampled'])})",
         ])
     return markdown_table(lines)
 
@@ -90,9 +87,9 @@ def seed4(evals: list[dict]) -> str:
         lines.append([
             label,
             " / ".join(str(r["step"]) for r in rows),
-            " / ".join(number(r["greedy"]) for r in rows),
-            f"{number(rows[0]['sampled'])} -> {number(rows[-1]['sampled'])}",
-            f"{rows[0]['plan_first_invalid_sampled']:.3f} -> {rows[-1]['plan_first_invalid_sampled']:.3f}",
+            each_text(rows, "greedy"),
+            first_to_last(rows, "sampled"),
+            first_to_last(rows, "plan_first_invalid_sampled"),
         ])
     return markdown_table(lines)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from research.evaluations import read_rows
 from research.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -20,8 +20,7 @@ SINGLE = "single_grpo"
 
 def evaluations() -> dict[tuple[str, int, int], dict]:
     """Every evaluation, keyed (method, seed, step)."""
-    rows = [json.loads(line) for line in (DATA / "evals.jsonl").read_text().splitlines() if line.strip()]
-    return {(row["method"], row["seed"], row["step"]): row for row in rows}
+    return {(row["method"], row["seed"], row["step"]): row for row in read_rows(DATA / "evals.jsonl")}
 
 
 def reading(evals: dict, method: str, seed: int, step: int, key: str = "greedy") -> float:

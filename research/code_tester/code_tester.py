@@ -396,17 +396,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     command = ["python", "-m", "research.code_tester", *args.argv]
-    plan = harness.Plan(
-        envs=[ENV],
-        seeds=args.seeds,
-        methods=args.arms,
-        out=args.out,
-        command=command,
-        steps=args.steps,
-        overrides=[*DEFAULT_OVERRIDES, *args.overrides],
-        baseline=args.arms[0],
-        collect=args.collect,
-    )
+    plan = harness.arms_plan(ENV, args, command, [*DEFAULT_OVERRIDES, *args.overrides])
     harness.run_plan(plan, callbacks=[TesterRecorder()])
     runs = Runs.read(args.out, args.arms, args.seeds, args.until)
     gains, paired, shares, found = gain_rows(runs), paired_rows(runs), share_rows(runs, args.window), curves(runs)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from research.evaluations import read_rows
 from research.records import MODES, RUNS_FILE, read_runs
 from research.stats import difference_summary, markdown_table, number, summary_text
 
@@ -50,11 +50,6 @@ TEAM_VS_SINGLE = (
     ("admitted warm starts, stage 1", "room", (30, 31, 36, 43, 44), 60),
 )
 FINAL = DESIGNS[-1]
-
-
-def read_jsonl(name: str) -> list[dict]:
-    """The rows of one data file."""
-    return [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
 
 
 def runs() -> dict[tuple[str, str, int], dict]:
@@ -191,8 +186,8 @@ def headline(table: dict) -> str:
 def tables() -> dict[str, str]:
     """Every block the page shows."""
     table = runs()
-    admitted = read_jsonl("admitted.jsonl")
-    screened = read_jsonl("screening.jsonl")
+    admitted = read_rows(DATA / "admitted.jsonl")
+    screened = read_rows(DATA / "screening.jsonl")
     if [r["seed"] for r in admitted] != list(FINAL.seeds):
         raise ValueError(f"data/admitted.jsonl holds seeds {[r['seed'] for r in admitted]}, the final design {list(FINAL.seeds)}")
     return {

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from research.evaluations import each_text, first_to_last, read_rows, run_rows
 from research.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -12,15 +12,12 @@ DATA = Path(__file__).resolve().parent / "data"
 
 def evaluations() -> list[dict]:
     """Every evaluation of every run, in the file's order."""
-    return [json.loads(line) for line in (DATA / "evals.jsonl").read_text().splitlines() if line.strip()]
+    return read_rows(DATA / "evals.jsonl")
 
 
 def curve(evals: list[dict], warm_start: str, method: str, seed: int) -> list[dict]:
-    """One run's evaluations by step, naming the run when it has none."""
-    rows = sorted((e for e in evals if (e["warm_start"], e["method"], e["seed"]) == (warm_start, method, seed)), key=lambda e: e["step"])
-    if not rows:
-        raise KeyError(f"data/evals.jsonl has no run {warm_start}/{method} seed {seed}")
-    return rows
+    """One run's evaluations by step."""
+    return run_rows(evals, warm_start=warm_start, method=method, seed=seed)
 
 
 def full_table(evals: list[dict]) -> str:
@@ -34,8 +31,8 @@ def full_table(evals: list[dict]) -> str:
         for seed in seeds:
             rows = curve(evals, "full", method, seed)
             first, last = rows[0], rows[-1]
-            greedy = number(first["greedy"]) if last is first else f"{number(first['greedy'])} -> {number(last['greedy'])} ({last['step']})"
-            sampled = number(first["sampled"]) if last is first else f"{number(first['sampled'])} -> {number(last['sampled'])}"
+            greedy = number(first["greedy"]) if last is first else f"{first_to_last(rows, 'greedy')} ({last['step']})"
+            sampled = number(first["sampled"]) if last is first else first_to_last(rows, "sampled")
             lines.append([label, str(seed), greedy, sampled])
     return markdown_table(lines)
 
@@ -74,10 +71,10 @@ def short_table(evals: list[dict]) -> str:
         rows = curve(evals, warm_start, method, seed)
         lines.append([
             label,
-            " / ".join(number(r["greedy"]) for r in rows),
-            " / ".join(number(r["sampled"]) for r in rows),
-            f"{rows[0]['plan_first_invalid']:.2f} -> {rows[-1]['plan_first_invalid']:.2f}",
-            f"{rows[0]['tool_third_invalid']:.2f} -> {rows[-1]['tool_third_invalid']:.2f}",
+            each_text(rows, "greedy"),
+            each_text(rows, "sampled"),
+            first_to_last(rows, "plan_first_invalid", ".2f"),
+            first_to_last(rows, "tool_third_invalid", ".2f"),
         ])
     return markdown_table(lines)
 

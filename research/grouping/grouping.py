@@ -399,17 +399,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.warm_start == "shared" and "path" not in parse_overrides(overrides).get("model", {}):
         overrides.append(f"model.path={shared_warm_start(args, parse_overrides(overrides))}")
     command = ["python", "-m", "research.grouping", *args.argv]
-    plan = harness.Plan(
-        envs=[ENV],
-        seeds=args.seeds,
-        methods=args.arms,
-        out=args.out,
-        command=command,
-        steps=args.steps,
-        overrides=overrides,
-        baseline=args.arms[0],
-        collect=args.collect,
-    )
+    plan = harness.arms_plan(ENV, args, command, overrides)
     harness.run_plan(plan, callbacks=[AdvantageRecorder()])
     found = diagnostics(args, parse_overrides(overrides))
     trained = training_stats(args.out, args.seeds)

@@ -252,3 +252,20 @@ def test_share_rows_table_the_first_turn_only_for_runs_that_recorded_it(tmp_path
     assert rows["turn0/catch_share"]["eval_before"] == 0.75 and rows["turn0/catch_share"]["eval_after"] == 0.5
     assert rows["catch_share"]["eval_change"]["mean"] == pytest.approx(-0.25)
     assert "turn0/wrong_case_share" not in rows  # recorded by no run: no row
+
+
+def test_the_plan_runs_every_arm_on_every_seed_paired_with_the_first_arm(tmp_path) -> None:
+    argv = ["--seeds", "3", "5", "--arms", "single_grpo", "at_grpo_catch_share", "--steps", "7"]
+    args = code_tester.parse_args([*argv, "--out", str(tmp_path / "out"), "--collect", "update.lr=1e-4"])
+    plan = harness.arms_plan(code_tester.ENV, args, ["python", "-m", "research.code_tester"], ["k=1", *args.overrides])
+    assert plan == harness.Plan(
+        envs=["code"],
+        seeds=[3, 5],
+        methods=["single_grpo", "at_grpo_catch_share"],
+        out=tmp_path / "out",
+        command=["python", "-m", "research.code_tester"],
+        steps=7,
+        overrides=["k=1", "update.lr=1e-4"],
+        baseline="single_grpo",  # the first arm named, not the study's first by default
+        collect=True,
+    )
