@@ -20,6 +20,7 @@ import torch
 from verl_mas.advantage import Grouping, registered_estimator
 from verl_mas.dataset import split_tasks
 from verl_mas.env import Task, make_env
+from verl_mas.group_health import GroupHealthWarnings, sample_group_health
 from verl_mas.local.callbacks import RunCallbacks, add_metrics
 from verl_mas.local.checkpoint import is_checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, RolloutMode, check_names, config_json
@@ -100,7 +101,8 @@ class LocalRun:
     """One local training run's state: models (or adapters), trainers, generators, and its output folder.
 
     With `checkpoint`, the tokenizer is read from it and no warm start runs: `load` then fills in the weights.
-    `callbacks` observe its rollouts, advantages and steps (`verl_mas.local.callbacks`).
+    `callbacks` observe its rollouts, advantages and steps (`verl_mas.local.callbacks`). Every training step logs the
+    health of its advantage groups under `group_health/` and warns once per cause (`verl_mas.group_health`).
     """
 
     def __init__(
@@ -144,6 +146,7 @@ class LocalRun:
         # evaluation draws with the same random numbers, so successive ones differ by the policy only.
         self.sampled_evaluator = BatchingGenerator(self.served, config.sampling, seed=config.seed + 1)
         self.sampled_evaluator_start = self.sampled_evaluator.rng_state()
+        self.group_health_warnings = GroupHealthWarnings()
 
     def rollout(
         self, tasks: list[Task], generator: BatchingGenerator, k: int, mode: RolloutMode
@@ -197,7 +200,9 @@ class LocalRun:
             timing["time/advantage_s"] = time.perf_counter() - started
             for callback in self.callbacks:
                 callback.advantages(self, step, samples, advantages)
-            metrics |= self._update(samples, advantages, timing)
+            health = sample_group_health(samples, advantages, config.grouping, tree=config.rollout_mode == "tree")
+            self.group_health_warnings.check(health, step=step + 1)
+            metrics |= health.metrics() | self._update(samples, advantages, timing)
         timing["time/step_s"] = time.perf_counter() - step_started
         return metrics | timing
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -133,3 +134,28 @@ def test_sampler_seed_draws_other_samples_on_the_same_boards_and_nothing_else_mo
     assert other[1] != texts  # other samples
     with pytest.raises(ValueError, match="sampler_seed must be an integer in"):
         apply_overrides(base, {"sampler_seed": -1})
+
+
+
+def test_a_smoke_run_logs_the_health_of_its_advantage_groups(tmp_path, caplog):
+    caplog.set_level(logging.WARNING, logger="verl_mas.group_health")
+    assert main(["train", "preset=smoke", "steps=1", f"output_dir={tmp_path}", "progress=false"]) == 0
+    step = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()][1]
+    health = {key: value for key, value in step.items() if key.startswith("group_health/")}
+    # the tree rollout with K = 2 under AT-GRPO's (task, role, turn): pairs that share one prompt, centred on it
+    assert health["group_health/samples"] == step["rollout/samples"]
+    assert health["group_health/groups"] == step["rollout/samples"] / 2
+    assert health["group_health/singleton_share"] == 0.0
+    assert health["group_health/zero_variance_share"] == step["rollout/zero_variance_share"]
+    assert health["group_health/mixed_prompt_share"] == 0.0
+    assert health["group_health/prompt_offset_share"] == pytest.approx(0.0, abs=1e-9)
+    # a mean advantage for every (role, turn) the rollout played
+
+    def role_turns(prefix: str, name: str) -> set[tuple[str, ...]]:
+        keys = [key.split("/") for key in step if key.startswith(f"{prefix}/") and key.endswith(f"/{name}")]
+        return {tuple(parts[1:3]) for parts in keys if len(parts) == 4}
+
+    assert role_turns("group_health", "advantage_mean") == role_turns("rollout", "samples") != set()
+    warned = [r.getMessage() for r in caplog.records if r.name == "verl_mas.group_health"]
+    nearly_flat = health["group_health/zero_variance_share"] >= 0.9
+    assert [("(zero_variance)" in message) for message in warned] == [True] * nearly_flat
