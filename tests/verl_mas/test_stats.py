@@ -1,0 +1,61 @@
+"""verl_mas.stats: the t quantile and paired summaries against values worked out by hand."""
+
+import math
+
+import pytest
+
+from verl_mas.stats import PairedSummary, interval_text, markdown_table, number, paired_summary, t_quantile_95
+
+
+def test_t_quantile_reads_the_table_and_falls_back_to_the_normal_past_30():
+    assert t_quantile_95(1) == 12.706
+    assert t_quantile_95(2) == 4.303
+    assert t_quantile_95(7) == 2.365
+    assert t_quantile_95(30) == 2.042
+    assert t_quantile_95(31) == 1.96
+    with pytest.raises(ValueError, match="at least 1 degree of freedom, got 0"):
+        t_quantile_95(0)
+
+
+def test_paired_summary_of_three_seeds_by_hand():
+    # mean 0.2; deviations -0.1, +0.1, 0: sample variance 0.02 / 2 = 0.01, std 0.1, SE 0.1 / sqrt(3) = 0.0577350;
+    # half width t(2) * SE = 4.303 * 0.0577350 = 0.2484339
+    summary = paired_summary([0.1, 0.3, 0.2])
+    assert summary.n == 3
+    assert summary.mean == pytest.approx(0.2)
+    assert summary.se == pytest.approx(0.0577350, abs=1e-7)
+    assert summary.ci95 == pytest.approx((0.2 - 0.2484339, 0.2 + 0.2484339), abs=1e-7)
+    assert summary.text() == "+0.200 (0.058) [-0.048, +0.448]"
+
+
+def test_paired_summary_of_four_seeds_by_hand():
+    # mean 2.5; squared deviations 2.25 + 0.25 + 0.25 + 2.25 = 5, variance 5 / 3, SE sqrt(5/3) / 2 = 0.6454972;
+    # half width 3.182 * 0.6454972 = 2.0539720
+    summary = paired_summary([4, 1, 3, 2])
+    assert summary.se == pytest.approx(math.sqrt(5 / 3) / 2)
+    assert summary.ci95 == pytest.approx((2.5 - 2.0539720, 2.5 + 2.0539720), abs=1e-6)
+    assert summary.as_dict() == {
+        "n": 4,
+        "per_seed": [4.0, 1.0, 3.0, 2.0],
+        "mean": 2.5,
+        "se": summary.se,
+        "ci95": list(summary.ci95),
+    }
+
+
+def test_too_few_differences_give_no_spread_and_none_no_mean():
+    assert paired_summary([0.25]) == PairedSummary((0.25,), 0.25, None, None)
+    assert paired_summary([0.25]).text() == "+0.250"
+    assert paired_summary([]) == PairedSummary((), None, None, None)
+    assert paired_summary([]).text() == "-"
+    assert paired_summary([]).as_dict() == {"n": 0, "per_seed": [], "mean": None, "se": None, "ci95": None}
+
+
+def test_identical_differences_have_a_zero_width_interval():
+    assert paired_summary([0.5, 0.5]).text() == "+0.500 (0.000) [+0.500, +0.500]"
+
+
+def test_text_helpers():
+    assert number(None) == "-" and number(0.1234) == "0.123" and number(0.1234, signed=True) == "+0.123"
+    assert interval_text(None) == "-" and interval_text((-0.01, 0.02)) == "[-0.010, +0.020]"
+    assert markdown_table([["a", "b|c"], ["1", "2"]]) == "| a | b\\|c |\n|---|---|\n| 1 | 2 |"
