@@ -16,6 +16,7 @@ import json
 import math
 import statistics
 from pathlib import Path
+from typing import Any
 
 from verl_mas.dataset import write_dataset
 from verl_mas.local.config import LocalTrainConfig
@@ -34,23 +35,25 @@ def binomial_se(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / n)
 
 
+def comparison_keys(args: argparse.Namespace) -> dict[str, Any]:
+    """The local run's keys that every comparison of the two engines sets from its command line (--steps,
+    --tasks-per-step, --k, --eval-tasks, --seed): 2 attention heads for vLLM, one greedy evaluation at the end."""
+    return {
+        "model": {"heads": 2},
+        "steps": args.steps,
+        "tasks_per_step": args.tasks_per_step,
+        "k": args.k,
+        "eval_tasks": args.eval_tasks,
+        "eval_every": args.steps,
+        "eval_samples": 0,
+        "seed": args.seed,
+        "progress": False,
+    }
+
+
 def local_config(args: argparse.Namespace, out: Path) -> LocalTrainConfig:
-    return apply_overrides(
-        LocalTrainConfig(),
-        {
-            "model": {"heads": 2},
-            "steps": args.steps,
-            "tasks_per_step": args.tasks_per_step,
-            "k": args.k,
-            "eval_tasks": args.eval_tasks,
-            "eval_every": args.steps,
-            "eval_samples": 0,
-            "update": {"mini_batch_size": args.mini_batch},
-            "seed": args.seed,
-            "progress": False,
-            "output_dir": str(out),
-        },
-    )
+    keys = {"update": {"mini_batch_size": args.mini_batch}, "output_dir": str(out)}
+    return apply_overrides(LocalTrainConfig(), comparison_keys(args) | keys)
 
 
 def verl_overrides(config: LocalTrainConfig, model: Path, data: Path, out: Path) -> list[str]:

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from research.verl_cpu.verl_cpu import verl_overrides
+from research.verl_cpu.verl_cpu import comparison_keys, verl_overrides
 from verl_mas.dataset import write_dataset
 from verl_mas.env import make_env
 from verl_mas.local.config import LocalTrainConfig
@@ -136,23 +136,8 @@ class LoadSampler:
 
 
 def local_config(args: argparse.Namespace, out: Path) -> LocalTrainConfig:
-    return apply_overrides(
-        LocalTrainConfig(),
-        {
-            "model": {"heads": 2},
-            "router": args.router,
-            "steps": args.steps,
-            "tasks_per_step": args.tasks_per_step,
-            "k": args.k,
-            "eval_tasks": args.eval_tasks,
-            "eval_every": args.steps,
-            "eval_samples": 0,
-            "checkpoint_every": args.eval_every,
-            "seed": args.seed,
-            "progress": False,
-            "output_dir": str(out),
-        },
-    )
+    keys = {"router": args.router, "checkpoint_every": args.eval_every, "output_dir": str(out)}
+    return apply_overrides(LocalTrainConfig(), comparison_keys(args) | keys)
 
 
 def samples_per_policy(config: LocalTrainConfig) -> int:

@@ -1,8 +1,12 @@
 """research.verl_learning.verl_learning: its paired statistics, verl's mini-batch size, overrides and saved step."""
 
+import argparse
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from research.verl_cpu import verl_cpu
 from research.verl_learning import verl_learning
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.overrides import apply_overrides
@@ -35,6 +39,20 @@ def test_one_mini_batch_holds_every_sample_a_policy_can_get():
     assert verl_learning.samples_per_policy(shared) == 16 * 4 * 3 * 2  # compact Plan-Path: 3 turns, tool and plan
     per_role = apply_overrides(shared, {"router": "per_role"})
     assert verl_learning.samples_per_policy(per_role) == 16 * 4 * 3
+
+
+def test_both_engine_comparisons_set_the_same_local_keys_from_their_command():
+    args = argparse.Namespace(steps=7, tasks_per_step=5, k=3, eval_tasks=9, seed=2, mini_batch=11, router="per_role")
+    args.eval_every = 3
+    first, learning = verl_cpu.local_config(args, Path("first")), verl_learning.local_config(args, Path("learning"))
+    for config in (first, learning):
+        shared = (config.steps, config.tasks_per_step, config.k, config.eval_tasks, config.eval_every, config.seed)
+        assert shared == (7, 5, 3, 9, 7, 2)  # one evaluation, after the last step
+        assert (config.model.heads, config.eval_samples, config.progress) == (2, 0, False)
+    assert (first.update.mini_batch_size, first.router, first.checkpoint_every) == (11, "shared", 0)
+    assert (learning.router, learning.checkpoint_every) == ("per_role", 3)
+    assert (first.output_dir, learning.output_dir) == ("first", "learning")
+    assert learning.update.mini_batch_size == LocalTrainConfig().update.mini_batch_size
 
 
 def test_keys_are_replaced_in_place_or_appended():
