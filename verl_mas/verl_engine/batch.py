@@ -1,5 +1,6 @@
 """The advantage step's pure pieces: per-row sample tags, restored rewards, AT-GRPO advantages through verl's
-estimator registry, per-role and per-turn metrics, and the split of a batch by policy."""
+estimator registry, per-role and per-turn metrics, the health of the advantage groups, and the split of a batch by
+policy."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from transfer_queue import KVBatchMeta
 
 from verl_mas.advantage import group_ids, registered_estimator
+from verl_mas.group_health import GroupHealth, group_health, padded_prompt_codes, row_advantages
 from verl_mas.metrics import infra_failure_metrics
 
 
@@ -152,6 +154,40 @@ def sample_metrics(tags: SampleTags, grouping: str) -> dict[str, float]:
         metrics[f"mas/turn_{turn}/invalid_share"] = float((~tags.valid[rows]).mean())
         metrics[f"mas/turn_{turn}/samples"] = float(rows.sum())
     return metrics
+
+
+def prompt_codes_of(prompts: torch.Tensor) -> np.ndarray:
+    """[n] one code per distinct prompt of the rows' `prompts`: a nested (jagged) tensor, as TransferQueue returns it,
+    or a padded one."""
+    return padded_prompt_codes(prompts.to_padded_tensor(padding=-1) if prompts.is_nested else prompts)
+
+
+def step_group_health(
+    tags: SampleTags,
+    token_level_rewards: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    prompt_codes: np.ndarray,
+    grouping: str,
+) -> GroupHealth | None:
+    """The health of the advantage step's groups under `grouping`, over the rows that train (None when none does):
+    each row's score is its summed reward and its advantage the one on its response tokens (`row_advantages`). Under
+    "task_role_turn" every group is one tree node's K candidates, so it must hold one prompt."""
+    real = tags.trained
+    if not real.any():
+        return None
+    rows = torch.from_numpy(np.nonzero(real)[0])
+    role, turn = tags.role[real], tags.turn[real]
+    return group_health(
+        token_level_rewards[rows].sum(dim=-1).double().numpy(),
+        row_advantages(advantages[rows], response_mask[rows]),
+        group_ids(len(rows), index=tags.task_uid[real], role=role, turn=turn, grouping=grouping),
+        prompt_codes[real],
+        grouping=grouping,
+        expects_one_prompt=grouping == "task_role_turn",
+        role=role,
+        turn=turn,
+    )
 
 
 def infra_failures(tags: SampleTags, max_share: float) -> dict[str, float]:

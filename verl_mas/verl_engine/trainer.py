@@ -31,14 +31,17 @@ from verl.utils.debug import marked_timer
 from verl.utils.ray_utils import auto_await
 from verl.workers.utils.padding import response_to_nested
 
+from verl_mas.group_health import GroupHealthWarnings
 from verl_mas.router import PolicyRouter
 from verl_mas.verl_engine.batch import (
     at_grpo_advantages,
     batch_tags,
     infra_failures,
+    prompt_codes_of,
     reward_scores,
     sample_metrics,
     split_by_policy,
+    step_group_health,
 )
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported, mas_config_of
 from verl_mas.verl_engine.hooks import TrainerHook, load_trainer_hooks
@@ -68,7 +71,9 @@ class AtGrpoTrainer(PPOTrainerSync):
       each policy's time as `policy/<id>/timing_s/<phase>`, the phase's wall time as verl's `timing_s/<phase>`,
       and the spans in `mas.timeline`;
     - a `PolicyRoutingClient` for the agent loop, so each role's requests reach its policy's servers;
-    - the `trainer_hooks:` of the config (`hooks.TrainerHook`), called at each step's events.
+    - the `trainer_hooks:` of the config (`hooks.TrainerHook`), called at each step's events;
+    - the health of each step's advantage groups as `group_health/` metrics, with a warning once per cause
+      (`verl_mas.group_health`).
 
     The step is written once for any number of policies. With one policy (router "shared") the trainer builds exactly
     what verl builds, runs each phase as verl's own call (no split dispatch, no per-policy metrics or timeline) and
@@ -82,6 +87,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         self.policies: dict[str, PolicyRuntime] = {}
         self._timeline = os.path.abspath(os.path.expanduser(self.mas.timeline)) if self.mas.timeline else None
         self.hooks: list[TrainerHook] = load_trainer_hooks(config)
+        self.group_health_warnings = GroupHealthWarnings()
         super().__init__(config)
 
     @property
@@ -430,11 +436,13 @@ class AtGrpoTrainer(PPOTrainerSync):
         return list(batch_tags(data["extra_fields"], batch.tags).policy)
 
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        """Restore each row's mixed reward as its score, then at_grpo advantages grouped by (task, role, turn)."""
-        fields = ["response_mask", "extra_fields", "rollout_log_probs", "old_log_probs", "ref_log_prob"]
+        """Restore each row's mixed reward as its score, then at_grpo advantages grouped by (task, role, turn), and the
+        health of those groups."""
+        fields = ["response_mask", "extra_fields", "rollout_log_probs", "old_log_probs", "ref_log_prob", "prompts"]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         nested_mask = data["response_mask"]
         tags = batch_tags(data.pop("extra_fields"), batch.tags)
+        prompt_codes = prompt_codes_of(data.pop("prompts"))
         metrics.update(infra_failures(tags, self.mas.max_infra_failure_share))  # stops the run past the share
         proto = DataProto(batch=data.to_padded_tensor())
         response_mask = proto.batch["response_mask"]
@@ -472,4 +480,10 @@ class AtGrpoTrainer(PPOTrainerSync):
             out["response_mask"][torch.from_numpy(tags.infra_failure)] = 0
         nested = TensorDict({k: response_to_nested(v, nested_mask) for k, v in out.items()}, batch_size=len(batch))
         metrics.update(sample_metrics(tags, self.mas.grouping))
+        health = step_group_health(
+            tags, out["token_level_rewards"], advantages, proto.batch["response_mask"], prompt_codes, self.mas.grouping
+        )
+        if health is not None:
+            metrics.update(health.metrics())
+            self.group_health_warnings.check(health, step=self.global_steps)
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=nested)

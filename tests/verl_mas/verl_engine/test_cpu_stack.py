@@ -189,6 +189,36 @@ def check_update_batches(
     return dict(gaps)
 
 
+def check_group_health(logged: dict, records: list[dict], grouping: str) -> None:
+    """A step's `group_health/` metrics fit the rows its updates received (the audit, every policy's records of the
+    step): samples and groups counted, no group of one (K candidates each), the zero-variance share of the audited
+    rewards, prompts mixed exactly in the groups that span several turns (each turn's prompt names its turn; one tree
+    node's K candidates share one), no prompt offset left by AT-GRPO's groups, and each (role, turn)'s mean advantage.
+    """
+    real = [row for record in records for row in record["rows"] if not row["padding"]]
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for row in real:
+        groups[tuple(row[name] for name in GROUP_FIELDS[grouping])].append(row)
+    prefix = "group_health/"
+    health = {key.removeprefix(prefix): value for key, value in logged.items() if key.startswith(prefix)}
+    print(f"group health ({grouping}): {health}")
+    assert health["samples"] == len(real) and health["groups"] == len(groups)
+    assert health["singleton_share"] == 0.0
+    # the estimator's scores are float32: rewards equal there are equal (0.1 + 0.2 and 0.3, say)
+    flat = [len({np.float32(row["reward"]) for row in group}) == 1 for group in groups.values()]
+    assert health["zero_variance_share"] == pytest.approx(np.mean(flat))
+    several_turns = [len({row["turn"] for row in group}) > 1 for group in groups.values()]
+    assert health["mixed_prompt_share"] == pytest.approx(np.mean(several_turns))
+    assert 0.0 <= health["prompt_offset_share"] <= 1.0
+    if grouping == "task_role_turn":
+        assert health["mixed_prompt_share"] == 0.0 and health["prompt_offset_share"] < 1e-6
+    by_role_turn: dict[str, list[float]] = defaultdict(list)
+    for row in real:  # a row with no response token carries no advantage: 0, as group_health counts it
+        by_role_turn[f"{row['role']}/turn{row['turn']}/advantage_mean"].append(row["advantage"] or 0.0)
+    means = {key: value for key, value in health.items() if key.endswith("/advantage_mean")}
+    assert means == pytest.approx({key: float(np.mean(values)) for key, values in by_role_turn.items()}, abs=1e-4)
+
+
 def check_policies_overlap(records: list[dict], step: int) -> None:
     """At `step`, the two policies' old-log-prob calls were in flight at the same time, and their update calls too;
     the sequential reference of a phase check, where present, did not overlap (so the measure tells the paths apart)."""
@@ -299,6 +329,9 @@ def test_shared_trains_two_steps_for_real(stack):
     assert len(steps) == 2
     for name in ("mas/tool/reward/mean", "mas/plan/invalid_share", "mas/turn_0/reward/mean", "actor/grad_norm"):
         assert all(name in row["data"] for row in steps), name
+    for row in steps:
+        check_group_health(row["data"], [r for r in records if r["step"] == row["step"]], "task_role")
+    assert any(row["data"]["group_health/mixed_prompt_share"] > 0 for row in steps)  # (task, role) spans turns
     validations = [row for row in logged if any(k.startswith("val-core/") for k in row["data"])]
     assert [row["step"] for row in validations] == [0, 2]  # before training and after the last step
     checkpoints = stack / "checkpoints" / "shared"
@@ -342,6 +375,8 @@ def test_per_role_is_killed_then_resumes_from_its_checkpoints(stack):
     logged = resumed.metrics()
     step_two = [row["data"] for row in logged if row["step"] == 2 and "mas/plan/reward/mean" in row["data"]]
     assert step_two and all(f"policy/{p}/actor/grad_norm" in step_two[0] for p in POLICIES)
+    check_group_health(step_two[0], second, "task_role_turn")  # one batch for both policies' groups
+    assert "(mixed_prompts)" not in resumed.log()
     for phase in ("old_log_prob", "update_actor", "save_checkpoint", "update_weights"):  # per policy, and the wall
         assert all(f"policy/{p}/timing_s/{phase}" in step_two[0] for p in POLICIES), phase
         assert f"timing_s/{phase}" in step_two[0], phase

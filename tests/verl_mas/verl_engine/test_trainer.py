@@ -14,13 +14,16 @@ from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
+from verl_mas.group_health import GroupHealthWarnings
 from verl_mas.verl_engine import diagnostics
 from verl_mas.verl_engine.batch import (
     SampleTags,
     at_grpo_advantages,
+    prompt_codes_of,
     reward_scores,
     sample_metrics,
     split_by_policy,
+    step_group_health,
 )
 from verl_mas.verl_engine.config import MasConfig
 from verl_mas.verl_engine.diagnostics import UpdateRecorder, fetch_update_batch, save_update_batch, update_audit_record
@@ -57,6 +60,12 @@ def hand_batch():
     lengths = torch.tensor([1 + i % 4 for i in range(len(extra))])
     padding = [False] * len(rows) + [True]
     return extra, padding, lengths, torch.tensor(expected, dtype=torch.float32)
+
+
+def prompt_of(fields: dict) -> list[int]:
+    """The prompt a row answered: one per (task, role, turn), role b's a token shorter (so rows pad differently)."""
+    task, role, turn = fields["task_uid"], fields["role"], fields["turn"]
+    return [int(task[1:]), turn, 7][: 3 if role == "a" else 2]
 
 
 def mask_of(lengths: torch.Tensor, width: int) -> torch.Tensor:
@@ -153,6 +162,7 @@ def test_trainer_advantage_step_writes_restored_rewards_and_advantages(transfer_
         f"uid{i}_0_{i}": {
             "response_mask": torch.ones(int(n), dtype=torch.int64),
             "rm_scores": torch.nn.functional.one_hot(torch.tensor(int(n) - 1), int(n)).float() * last_reward,
+            "prompts": torch.tensor(prompt_of(fields)),
             "extra_fields": fields,
         }
         for i, (fields, n) in enumerate(zip(extra, lengths, strict=True))
@@ -161,6 +171,8 @@ def test_trainer_advantage_step_writes_restored_rewards_and_advantages(transfer_
     trainer = AtGrpoTrainer.__new__(AtGrpoTrainer)  # the advantage step only: no workers, no servers
     trainer.config = OmegaConf.create({"algorithm": {**ALGORITHM, "rollout_correction": {"bypass_mode": False}}})
     trainer.mas = MasConfig.from_mapping({"env": "counter", "router": "per_role"})
+    trainer.group_health_warnings = GroupHealthWarnings()
+    trainer.global_steps = 1
     batch = KVBatchMeta(
         keys=stored_meta.keys,
         tags=[{"is_padding": pad} for pad in padding],
@@ -184,6 +196,12 @@ def test_trainer_advantage_step_writes_restored_rewards_and_advantages(transfer_
     assert all(torch.equal(a, r) for a, r in zip(advantages, stored["returns"].unbind(), strict=True))
     assert all(bool((a == a[0]).all()) for a in advantages)  # one value per response
     assert metrics["mas/a/zero_variance_group_share"] == 0.25
+    # the health of the eight (task, role, turn) groups of three: (T1, a, 1) has no spread; one prompt each
+    assert metrics["group_health/groups"] == 8.0 and metrics["group_health/samples"] == 24.0
+    assert metrics["group_health/singleton_share"] == 0.0 and metrics["group_health/zero_variance_share"] == 0.125
+    assert metrics["group_health/mixed_prompt_share"] == 0.0
+    assert metrics["group_health/prompt_offset_share"] == pytest.approx(0.0, abs=1e-9)
+    assert metrics["group_health/b/turn1/advantage_mean"] == pytest.approx(0.0, abs=1e-6)
     # What the actor update fetches is what the batch's metadata lists: the advantage step's batch lists the new
     # fields, the metadata from before it does not (the KeyError 'advantages' every first update once hit).
     assert {"advantages", "returns", "rm_scores"} <= set(returned.fields)
@@ -297,3 +315,39 @@ def test_a_row_the_judge_could_not_run_is_in_no_group_and_counted():
     assert infra_failures(tags, 0.25) == {"mas/infra_failures": 1.0}
     with pytest.raises(InfraFailureLimit, match=r"1 of 4 samples .* mas.max_infra_failure_share = 0.2"):
         infra_failures(tags, 0.2)
+
+
+def test_step_group_health_reads_the_rows_that_train_and_finds_a_mislabelled_prompt(caplog):
+    extra, padding, lengths, _ = hand_batch()
+    failed = dict(extra[0], mixed_reward=-9.0, infra_failure=True)  # the judge could not run it: in no group
+    extra, padding = [*extra, failed], [*padding, False]
+    lengths = torch.cat([lengths, torch.tensor([2])])
+    tags = SampleTags.from_rows(extra, padding)
+    width = int(lengths.max())
+    mask = mask_of(lengths, width)
+    scores = reward_scores(tags, lengths, width)
+    advantages = at_grpo_advantages(scores, mask, tags, "task_role_turn", ALGORITHM)
+    prompts = [prompt_of(f) for f in extra]
+    nested = torch.nested.nested_tensor([torch.tensor(p) for p in prompts], layout=torch.jagged)
+    codes = prompt_codes_of(nested)
+    assert len(set(codes.tolist())) == 8  # one prompt per (task, role, turn)
+    health = step_group_health(tags, scores, advantages, mask, codes, "task_role_turn")
+    assert (health.samples, health.groups, health.zero_variance_share) == (24, 8, 0.125)
+    assert health.mixed_prompt_share == 0.0
+    # per (role, turn) the advantages average 0 (each group is centred), worked out by hand in GROUPS
+    assert all(mean == pytest.approx(0.0, abs=1e-6) for mean in health.role_turn_advantage.values())
+    assert sorted(health.role_turn_advantage) == [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+    # one row of (T2, b, 0) answered another prompt: its labels are wrong, which the step names
+    wrong = next(i for i, f in enumerate(extra) if (f["task_uid"], f["role"], f["turn"]) == ("T2", "b", 0))
+    prompts[wrong] = [99]
+    nested = torch.nested.nested_tensor([torch.tensor(p) for p in prompts], layout=torch.jagged)
+    mislabelled = step_group_health(tags, scores, advantages, mask, prompt_codes_of(nested), "task_role_turn")
+    assert mislabelled.mixed_prompt_share == 0.125
+    with caplog.at_level("WARNING", logger="verl_mas.group_health"):
+        assert GroupHealthWarnings().check(mislabelled, step=3) == ["mixed_prompts"]
+    assert "step 3 (mixed_prompts): 12.5% of the 8 advantage groups" in caplog.records[-1].getMessage()
+    # under task grouping every task's group mixes its roles' and turns' prompts by design: no problem named
+    by_task = step_group_health(tags, scores, advantages, mask, codes, "task")
+    assert by_task.groups == 2 and by_task.mixed_prompt_share == 1.0 and "mixed_prompts" not in by_task.problems()
+    only_padding = SampleTags.from_rows(extra[:1], [True])
+    assert step_group_health(only_padding, scores[:1], advantages[:1], mask[:1], codes[:1], "task") is None
