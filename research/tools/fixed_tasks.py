@@ -13,18 +13,15 @@ at that rate and its noise decides.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import shlex
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
+from research.tools.probe import check_rates, probe_parser, write_results
 from verl_mas.env import Task
 from verl_mas.local.config import LocalTrainConfig, read_config
 from verl_mas.local.train import LocalRun
@@ -33,6 +30,7 @@ from verl_mas.sample import Sample
 AdvantageMode = Literal["computed", "negated", "shuffled"]
 ADVANTAGE_MODES: tuple[AdvantageMode, ...] = ("computed", "negated", "shuffled")
 BLOCK = 5  # steps averaged at each end of a run
+MODULE = "research.tools.fixed_tasks"
 
 
 class FixedTasksRun(LocalRun):
@@ -99,13 +97,7 @@ def summary_rows(results: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m research.tools.fixed_tasks",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("config", type=Path, help="a run's config.json (its model.path is the starting model)")
-    parser.add_argument("--lr", type=float, nargs="+", default=[3e-4], help="one run per rate (default: 3e-4)")
+    parser = probe_parser(MODULE, __doc__, per_rate="run")
     parser.add_argument("--steps", type=int, default=40, help="steps per run (default: %(default)s)")
     parser.add_argument("--tasks", type=int, help="tasks a step (default: the config's tasks_per_step)")
     parser.add_argument("--fresh", action="store_true", help="the next tasks each step, as training does")
@@ -116,8 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--steps must be >= {BLOCK}, got {args.steps}")
     if args.tasks is not None and args.tasks < 1:
         parser.error(f"--tasks must be >= 1, got {args.tasks}")
-    if not all(0 < lr < float("inf") for lr in args.lr):
-        parser.error(f"--lr rates must be positive and finite, got {args.lr}")
+    check_rates(parser, args.lr)
     config = read_config(args.config)
     if not config.model.path:
         parser.error(f"{args.config}: its model.path is empty: the probe starts from a saved model")
@@ -125,9 +116,7 @@ def main(argv: list[str] | None = None) -> None:
         config = dataclasses.replace(config, tasks_per_step=args.tasks)
     results = [climb(config, lr, args.steps, args.fresh, args.advantages) for lr in args.lr]
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        command = shlex.join(["python", "-m", "research.tools.fixed_tasks", *(sys.argv[1:] if argv is None else argv)])
-        args.out.write_text(json.dumps({"command": command, "results": results}, indent=2))
+        write_results(args.out, MODULE, argv, results)
     print("\n".join(summary_rows(results)))
 
 

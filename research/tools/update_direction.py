@@ -20,13 +20,9 @@ error, not the shared seed, says how far a change is noise.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
-import json
-import shlex
 import statistics
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +30,7 @@ from typing import Any
 import torch
 
 from research.stats import mean_se_text, number
+from research.tools.probe import check_rates, probe_parser, write_results
 from verl_mas.env import Task
 from verl_mas.local.config import read_config
 from verl_mas.local.generator import BatchingGenerator
@@ -41,6 +38,7 @@ from verl_mas.local.train import LocalRun, make_tasks, sample_advantages
 from verl_mas.rollout import RolloutConfig, rollout_tasks
 from verl_mas.sample import Sample, VerlBatchTensors, samples_to_tensors, trainable
 
+MODULE = "research.tools.update_direction"
 RESAMPLE_SEED = 12345  # the first-turn draws' stream: one for every model compared, so that only the model differs
 
 
@@ -242,13 +240,7 @@ def report(results: Sequence[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m research.tools.update_direction",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("config", type=Path, help="a run's config.json (its model.path is the starting model)")
-    parser.add_argument("--lr", type=float, nargs="+", default=[3e-4], help="one update per rate (default: 3e-4)")
+    parser = probe_parser(MODULE, __doc__, per_rate="update")
     parser.add_argument("--tasks", type=int, default=8, help="training tasks rolled out (default: %(default)s)")
     parser.add_argument(
         "--resample", type=int, default=0, help="> 0: first-turn reward before and after, this many a task (see above)"
@@ -259,15 +251,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--resample must be >= 0, got {args.resample}")
     if args.tasks < 1:
         parser.error(f"--tasks must be >= 1, got {args.tasks}")
-    if not all(0 < lr < float("inf") for lr in args.lr):
-        parser.error(f"--lr rates must be positive and finite, got {args.lr}")
+    check_rates(parser, args.lr)
     results = updates(args.config, args.lr, args.tasks, args.resample)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        command = shlex.join(
-            ["python", "-m", "research.tools.update_direction", *(sys.argv[1:] if argv is None else argv)]
-        )
-        args.out.write_text(json.dumps({"command": command, "results": results}, indent=2))
+        write_results(args.out, MODULE, argv, results)
     print(report(results))
 
 
