@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from research.verl_cpu.verl_cpu import write_boards
 from research.verl_learning.verl_learning import (
     WORK,
     finite_or_null,
@@ -30,7 +31,6 @@ from research.verl_learning.verl_learning import (
     verl_command,
     with_keys,
 )
-from verl_mas.dataset import write_dataset
 from verl_mas.env import Workflow, make_env
 from verl_mas.local.export import export_policies
 from verl_mas.local.train import train
@@ -126,8 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     model = WORK / "model"
     if not model.exists():
         export_policies(apply_overrides(local_config(args, WORK / "warm_start"), {"router": "shared"}), model)
-    n_train = config.steps * config.tasks_per_step
-    write_dataset(config.env, work / "data", n_train=n_train, n_eval=1, seed=config.seed, options=config.env_options)
+    write_boards(config, work / "data")
     summary = train(apply_overrides(config, {"model": {"path": str(model)}}), log=lambda _: None)
     workflow = make_env(config.env, **config.env_options).workflow()
     local = {row["step"]: local_step_metrics(row, workflow) for row in summary.history if "time/step_s" in row}

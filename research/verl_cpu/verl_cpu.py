@@ -56,6 +56,13 @@ def local_config(args: argparse.Namespace, out: Path) -> LocalTrainConfig:
     return apply_overrides(LocalTrainConfig(), comparison_keys(args) | keys)
 
 
+def write_boards(config: LocalTrainConfig, folder: Path) -> None:
+    """The local run's boards as verl's dataset in `folder`: its training boards in the order it trains on them, and
+    its held-out boards."""
+    n_train, n_eval = config.steps * config.tasks_per_step, config.eval_tasks
+    write_dataset(config.env, folder, n_train=n_train, n_eval=n_eval, seed=config.seed, options=config.env_options)
+
+
 def verl_overrides(config: LocalTrainConfig, model: Path, data: Path, out: Path) -> list[str]:
     """verl's keys set to the local run's values (everything else at verl-mas's defaults)."""
     options = [f"+mas.env_options.{key}={json.dumps(value)}" for key, value in config.env_options.items()]
@@ -117,14 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     model = out / "model"
     if not model.exists():
         export_policies(local_config(args, out / "warm_start"), model)
-    write_dataset(
-        config.env,
-        out / "data",
-        n_train=config.steps * config.tasks_per_step,
-        n_eval=config.eval_tasks,
-        seed=config.seed,
-        options=config.env_options,
-    )
+    write_boards(config, out / "data")
     local_file = out / "local.json"
     if args.reuse_local and local_file.exists():
         local_result = json.loads(local_file.read_text())

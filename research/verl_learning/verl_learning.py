@@ -34,8 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from research.verl_cpu.verl_cpu import comparison_keys, verl_overrides
-from verl_mas.dataset import write_dataset
+from research.verl_cpu.verl_cpu import comparison_keys, verl_overrides, write_boards
 from verl_mas.env import make_env
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
@@ -329,14 +328,7 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
     model = WORK / "model"
     if not model.exists():
         export_policies(apply_overrides(local_config(args, WORK / "warm_start"), {"router": "shared"}), model)
-    write_dataset(
-        config.env,
-        work / "data",
-        n_train=config.steps * config.tasks_per_step,
-        n_eval=config.eval_tasks,
-        seed=config.seed,
-        options=config.env_options,
-    )
+    write_boards(config, work / "data")
     overrides = verl_command(config, args, model, work / "data", work / "verl")
     runs = {
         "local": lambda: run_local(config, model),

@@ -4,6 +4,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from research.verl_cpu import verl_cpu
@@ -53,6 +54,13 @@ def test_both_engine_comparisons_set_the_same_local_keys_from_their_command():
     assert (learning.router, learning.checkpoint_every) == ("per_role", 3)
     assert (first.output_dir, learning.output_dir) == ("first", "learning")
     assert learning.update.mini_batch_size == LocalTrainConfig().update.mini_batch_size
+
+
+def test_verls_boards_are_every_training_step_of_the_local_run_and_its_held_out_boards(tmp_path):
+    config = apply_overrides(LocalTrainConfig(), {"steps": 3, "tasks_per_step": 2, "eval_tasks": 5})
+    verl_cpu.write_boards(config, tmp_path)
+    assert pq.read_table(tmp_path / "train.parquet").num_rows == 3 * 2
+    assert pq.read_table(tmp_path / "eval.parquet").num_rows == 5
 
 
 def test_keys_are_replaced_in_place_or_appended():
