@@ -24,7 +24,8 @@ verl-mas: multi-agent AT-GRPO for verl
                                   checkpoints (resume=true); `verl-mas train --help` lists keys and presets
   verl-mas eval [checkpoint=PATH] [samples=N] [temperature=T] [key=value ...]
                                   independent episodes on the evaluation split; prints success and
-                                  per role-turn statistics and writes them as JSON
+                                  per role-turn statistics and writes them as JSON; swap_roles=true
+                                  serves each role with the other role's policy (did they specialise?)
   verl-mas data --env NAME --out DIR [--train N] [--eval N] [--seed S] [key=value ...]
                                   write train.parquet / eval.parquet in verl's row format
                                   (key=value pairs are environment options, e.g. size=6)
@@ -44,7 +45,14 @@ eval keys:
                empty: evaluate a fresh warm start of the training config
   samples      independent episodes per task (default 1)
   temperature  sampling temperature; 0 (default): greedy
-  json         where to write the report (default: eval.json in the checkpoint, or in output_dir)"""
+  json         where to write the report (default: eval.json in the checkpoint, or in output_dir;
+               eval_swapped.json there when swap_roles or serve serve a role by another policy)
+  swap_roles   true: serve each of two roles with the other role's trained policy, e.g. a router=per_role
+               checkpoint's plan model plays the tool role and its tool model the plan role; success
+               falling well below the unswapped reading says the roles' models specialised
+  serve        {role: policy}: which trained policy serves each role, every role named, e.g.
+               serve.tool=plan serve.plan=plan (both roles on the plan model); not with swap_roles;
+               eval.json's served_by says which policy served each role"""
 
 
 class _SubcommandParser(argparse.ArgumentParser):
