@@ -115,8 +115,6 @@ def group_health(
         ValueError: an empty batch, arrays of other lengths than `rewards`, role without turn, a non-finite reward or
             advantage (naming its row).
     """
-    import pandas as pd  # on first use, as advantage.py: pandas is slow to import
-
     rewards = _finite("rewards", rewards)
     n = len(rewards)
     if n == 0:
@@ -124,39 +122,49 @@ def group_health(
     advantages = _finite("advantages", advantages, n)
     if (role is None) != (turn is None):
         raise ValueError("group_health: pass both role and turn, or neither")
-    frame = pd.DataFrame(
-        {
-            "group": pd.factorize(_column("groups", groups, n), use_na_sentinel=False)[0],
-            "prompt": pd.factorize(_column("prompts", prompts, n), use_na_sentinel=False)[0],
-            "reward": rewards,
-            "advantage": advantages,
-        }
-    )
-    by_group = frame.groupby("group", sort=False)
-    sizes = by_group.size()
-    spread = by_group["reward"].max() - by_group["reward"].min()
+    group, group_count = _count_codes(_column("groups", groups, n))
+    prompt, prompt_count = _count_codes(_column("prompts", prompts, n))
+    sizes = np.bincount(group, minlength=group_count)
+    highest = np.full(group_count, -np.inf)
+    np.maximum.at(highest, group, rewards)
+    lowest = np.full(group_count, np.inf)
+    np.minimum.at(lowest, group, rewards)
     several = sizes > 1
-    deviation = frame["advantage"] - frame["advantage"].mean()
-    offset = frame.groupby("prompt", sort=False)["advantage"].transform("mean") - frame["advantage"].mean()
-    total = float((deviation**2).mean())
-    role_turn = {}
-    if role is not None:
-        frame["role"] = _column("role", role, n)
-        frame["turn"] = _column("turn", turn, n).astype(np.int64)
-        means = frame.groupby(["role", "turn"], sort=True)["advantage"].mean()
-        role_turn = {(str(r), int(t)): float(v) for (r, t), v in means.items()}
+    # distinct (group, prompt) pairs, counted per group
+    pairs = np.unique(group * prompt_count + prompt)
+    prompts_per_group = np.bincount(pairs // prompt_count, minlength=group_count)
+    mean = advantages.mean()
+    prompt_means = np.bincount(prompt, weights=advantages, minlength=prompt_count) / np.bincount(prompt)
+    total = float(np.mean((advantages - mean) ** 2))
+    between = float(np.mean((prompt_means[prompt] - mean) ** 2))
     return GroupHealth(
         grouping=grouping,
         expects_one_prompt=expects_one_prompt,
         samples=n,
-        groups=len(sizes),
-        singleton_share=float((sizes == 1).mean()),
-        zero_variance_share=float((spread[several] == 0).mean()) if several.any() else 0.0,
-        mixed_prompt_share=float((by_group["prompt"].nunique() > 1).mean()),
+        groups=group_count,
+        singleton_share=float(np.mean(sizes == 1)),
+        zero_variance_share=float(np.mean(highest[several] == lowest[several])) if several.any() else 0.0,
+        mixed_prompt_share=float(np.mean(prompts_per_group > 1)),
         # B <= V exactly; the clip only removes rounding
-        prompt_offset_share=min(float((offset**2).mean()) / total, 1.0) if total > 0 else 0.0,
-        role_turn_advantage=role_turn,
+        prompt_offset_share=min(between / total, 1.0) if total > 0 else 0.0,
+        role_turn_advantage={} if role is None else _role_turn_means(role, turn, advantages),
     )
+
+
+def _role_turn_means(role: Any, turn: Any, advantages: np.ndarray) -> dict[tuple[str, int], float]:
+    """The mean advantage of each (role, turn), sorted by role and turn."""
+    n = len(advantages)
+    role_codes, role_names = _factorize(_column("role", role, n))
+    turn_codes, turn_values = _factorize(_column("turn", turn, n).astype(np.int64))
+    key, key_count = _count_codes(role_codes * len(turn_values) + turn_codes)
+    sums = np.bincount(key, weights=advantages, minlength=key_count)
+    counts = np.bincount(key, minlength=key_count)
+    first = np.unique(key, return_index=True)[1]  # a row of each key, to read its role and turn
+    means = {
+        (str(role_names[role_codes[row]]), int(turn_values[turn_codes[row]])): float(sums[k] / counts[k])
+        for k, row in enumerate(first)
+    }
+    return dict(sorted(means.items()))
 
 
 def sample_group_health(
@@ -183,8 +191,8 @@ def prompt_codes(prompts: Sequence[Sequence[int]]) -> np.ndarray:
     """[n] int64 codes of prompts given as token id sequences (hashed as tuples): equal ids, equal code."""
     import pandas as pd
 
-    keys = pd.Series([tuple(ids) for ids in prompts], dtype=object)
-    return pd.factorize(keys, use_na_sentinel=False)[0].astype(np.int64, copy=False)
+    # a Series keeps each tuple one element (a NumPy array of equal-length tuples would be 2-D)
+    return _factorize(pd.Series([tuple(ids) for ids in prompts], dtype=object).to_numpy())[0]
 
 
 def padded_prompt_codes(ids: torch.Tensor | np.ndarray, mask: torch.Tensor | np.ndarray | None = None) -> np.ndarray:
@@ -277,6 +285,23 @@ class GroupHealthWarnings:
             self.logger.warning("group health%s (%s): %s", where, cause, text)
         self.warned |= set(new)
         return list(new)
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense int64 codes of `values`, in order of first appearance, and the distinct values (a hash table: no sort,
+    no per-item loop)."""
+    import pandas as pd  # on first use, as advantage.py: pandas is slow to import
+
+    try:
+        codes, uniques = pd.factorize(values, use_na_sentinel=False)
+    except TypeError:  # unhashable labels (lists): compare by their text
+        codes, uniques = pd.factorize(values.astype(str), use_na_sentinel=False)
+    return codes.astype(np.int64, copy=False), np.asarray(uniques, dtype=object)
+
+
+def _count_codes(values: np.ndarray) -> tuple[np.ndarray, int]:
+    codes, uniques = _factorize(values)
+    return codes, len(uniques)
 
 
 def _numpy(values: Any) -> np.ndarray:
