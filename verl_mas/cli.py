@@ -1,4 +1,4 @@
-"""The `verl-mas` command: demo, train, eval, data, envs, doctor."""
+"""The `verl-mas` command: demo, train, eval, ablate, data, envs, doctor."""
 
 from __future__ import annotations
 
@@ -26,6 +26,10 @@ verl-mas: multi-agent AT-GRPO for verl
                                   independent episodes on the evaluation split; prints success and
                                   per role-turn statistics and writes them as JSON; swap_roles=true
                                   serves each role with the other role's policy (did they specialise?)
+  verl-mas ablate grouping [seeds=N] [preset=NAME] [key=value ...]
+                                  does grouping matter on this env? per seed one shared warm start, arms
+                                  task, task_role and task_role_turn, a paired table with 95% intervals
+                                  and group health per arm; `verl-mas ablate --help` says more
   verl-mas data --env NAME --out DIR [--train N] [--eval N] [--seed S] [key=value ...]
                                   write train.parquet / eval.parquet in verl's row format
                                   (key=value pairs are environment options, e.g. size=6)
@@ -75,6 +79,12 @@ def _train_help() -> str:
     return train_help()
 
 
+def _ablate_help() -> str:
+    from verl_mas.local.ablate import ablate_help
+
+    return ablate_help()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="verl-mas", description=USAGE, formatter_class=argparse.RawTextHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_SubcommandParser)
@@ -94,6 +104,14 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawTextHelpFormatter,
     )
     evaluation.add_argument("overrides", nargs="*", help="key=value: eval keys, then training-config keys")
+    ablate = sub.add_parser(
+        "ablate",
+        help="arms that differ in one training key (grouping), paired per seed from one shared warm start",
+        describe=lambda: _ablate_help() + "\n\nthe training keys of every arm:\n" + _train_help(),
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    ablate.add_argument("name", help="the ablation: grouping")
+    ablate.add_argument("overrides", nargs="*", help="key=value: seeds, then training-config keys")
     data = sub.add_parser("data", help="write train/eval parquet files for an environment")
     data.add_argument("--env", required=True)
     data.add_argument("--out", required=True, type=Path)
@@ -166,6 +184,12 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise ValueError("preset: a checkpoint brings the config it was trained with; override single keys")
         base = read_config(checkpoint / CONFIG_FILE) if checkpoint is not None else None
         evaluate(resolve_train_config(overrides, base, other_keys=eval_keys), eval_config, checkpoint)
+    elif args.command == "ablate":
+        from verl_mas.local.ablate import REPORT_JSON, REPORT_MARKDOWN, plan_ablation, run_ablation
+
+        plan = plan_ablation(args.name, parse_overrides(args.overrides))
+        print(run_ablation(plan).markdown())
+        print(f"\nwritten: {plan.out / REPORT_JSON}, {plan.out / REPORT_MARKDOWN}")
     elif args.command == "data":
         from verl_mas.dataset import write_dataset
 

@@ -136,6 +136,39 @@ def plan_ablation(name: str, overrides: Mapping[str, Any]) -> AblationPlan:
     return plan
 
 
+def ablate_help() -> str:
+    """What `verl-mas ablate --help` says before the training keys: the ablations, the command's keys, its output."""
+    ablations = [
+        f"  {name:<10} {ablation.key}={'|'.join(ablation.arms)}, each against {ablation.baseline}:\n"
+        f"             {ablation.description}"
+        for name, ablation in ABLATIONS.items()
+    ]
+    return "\n".join(
+        [
+            "arms that differ in one training key, on your environment, before you spend GPU hours:",
+            "  verl-mas ablate grouping env=my_game seeds=8 steps=200 [preset=NAME] [key=value ...]",
+            "",
+            "ablations:",
+            *ablations,
+            "",
+            "ablate keys:",
+            f"  seeds      a count N (seeds 0..N-1) or a list (seeds=[0,3,5]), at least 2 (default {DEFAULT_SEEDS})",
+            "  output_dir the ablation's folder (default runs/ablate_NAME)",
+            "",
+            "Per seed, one warm start (the tiny model's, saved once to seed_S/warm_start as one model trained on every",
+            "role's expert moves; or model.path when given) is every arm's start, through model.path, with the same",
+            "tasks, step budget and sampler seed. Each arm trains in seed_S/ARM, a normal run folder (config.json,",
+            "metrics.jsonl, learning_curve.png, checkpoints/). The table goes to the terminal, ablation.json and",
+            "ablation.md: held-out greedy and sampled success before and after, each arm's gain and each arm minus",
+            "the baseline paired per seed (mean, SE, 95% t interval), and per arm the mean over training steps of",
+            "every group_health/ metric. Re-running the same command trains no finished arm; one stopped part way",
+            "resumes from its latest checkpoint (checkpoint_every > 0), else trains again from its warm start.",
+            f"The ablation sets {', '.join(sorted({*(a.key for a in ABLATIONS.values()), *PER_SEED_KEYS}))} itself",
+            "(giving one is an error), and refuses a folder holding runs of other settings.",
+        ]
+    )
+
+
 def parse_seeds(value: Any) -> tuple[int, ...]:
     """`seeds`: a count N >= 2 (seeds 0..N-1) or a list of at least two distinct seeds."""
     if isinstance(value, int) and not isinstance(value, bool):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from verl_mas.cli import main
 from verl_mas.env import MultiAgentEnv, StepResult, Task, Workflow, register_env
 from verl_mas.local.ablate import (
     REPORT_JSON,
@@ -322,3 +323,39 @@ def test_the_warm_start_is_one_shared_model_whatever_the_arms_router(tmp_path):
     assert warm.router == "shared" and warm.lora.rank == 0 and warm.seed == 1
     arm = plan.arm_config(1, "task")
     assert arm.router == "per_role" and dataclasses.asdict(arm)["model"]["path"].endswith("seed_1/warm_start")
+
+
+def test_the_command_prints_the_table_of_a_finished_ablation_without_training(plan_path_ablation, capsys):
+    out, _, _, _ = plan_path_ablation
+    arguments = ["preset=smoke", "steps=1", "eval_tasks=2", "eval_samples=1", "progress=false", "seeds=2"]
+    assert main(["ablate", "grouping", *arguments, f"output_dir={out}"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("not trained again") == 6
+    assert (out / REPORT_MARKDOWN).read_text() in printed
+    assert f"written: {out / REPORT_JSON}, {out / REPORT_MARKDOWN}" in printed
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["grouping", "grouping=task"], "grouping: the ablation sets it for each arm itself"),
+        (["grouping", "seeds=1"], "seeds must be at least 2"),
+        (["shuffling"], "unknown ablation 'shuffling'"),
+    ],
+)
+def test_the_command_refuses_bad_input_naming_it(tmp_path, capsys, arguments, message):
+    assert main(["ablate", *arguments, f"output_dir={tmp_path / 'out'}"]) == 2
+    assert f"verl-mas ablate: error: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_documents_itself(capsys):
+    with pytest.raises(SystemExit):
+        main(["ablate", "--help"])
+    shown = capsys.readouterr().out
+    for text in ("verl-mas ablate grouping env=my_game seeds=8 steps=200", "task|task_role|task_role_turn", "seeds"):
+        assert text in shown
+    assert "the training keys of every arm" in shown and "update.*" in shown
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "verl-mas ablate grouping" in capsys.readouterr().out
