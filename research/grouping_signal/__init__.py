@@ -1,0 +1,1 @@
+"""How well one batch's policy gradient agrees with the expected gradient, per grouping and role reward offset."""
