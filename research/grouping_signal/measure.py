@@ -5,9 +5,9 @@ and its PPO policy gradient computed under every grouping and tool cost; writes 
 
 For each seed: the embedded default's warm start (`research/harness.py`, reused when saved in OUT/seed<S>/warm_start
 with the same key), then `--batches` batches of the default's 16 training boards and K = 4 on `plan_path_tool_cost`.
-A batch is rolled out at every cost from the same sampler state (the rollout does not read the cost: a batch whose
-samples differ between costs stops the run); on its samples, the advantages under each grouping as a training step
-computes them and `PolicyTrainer.gradient`, the update's gradient at the warm start's weights. The weights never
+A batch is rolled out once, at cost 0, and its samples rewarded at every cost as the env does (a tool move pays the
+cost out of its local reward); on them, the advantages under each grouping as a training step computes them and
+`PolicyTrainer.gradient`, the update's gradient at the warm start's weights. The weights never
 change. `task_role` and `task_role_turn` take a role's cost out exactly: their advantages are checked equal across
 costs and their gradients computed at cost 0 only. It writes OUT/signal.json (`figures.SIGNAL_FILE`): copied into
 research/grouping_signal/data/, `python -m research.figures` redoes the page.
@@ -64,13 +64,13 @@ def measurement_config(seed: int, warm: Path, out: Path) -> LocalTrainConfig:
     )
 
 
-def at_cost(config: LocalTrainConfig, cost: float) -> LocalTrainConfig:
-    return dataclasses.replace(config, env_options={**config.env_options, "tool_cost": cost})
-
-
-def played(samples: Sequence[Sample]) -> list[tuple]:
-    """What the policy drew, without the rewards: equal between costs when the rollout ignores the cost."""
-    return [(s.task_uid, s.role, s.turn, s.branch, s.prompt_ids, s.response_ids, s.continued) for s in samples]
+def at_cost(samples: Sequence[Sample], cost: float) -> list[Sample]:
+    """The samples as `plan_path_tool_cost` at `cost` rewards them: a tool move's local reward, and so its mixed
+    reward, less the cost (`PlanPathToolCost.step`); nothing else changes."""
+    return [
+        dataclasses.replace(s, local_reward=s.local_reward - cost, reward=s.reward - cost) if s.role == "tool" else s
+        for s in samples
+    ]
 
 
 def batch_gradient(run: LocalRun, samples: list[Sample], advantages: torch.Tensor, cache: dict) -> np.ndarray:
@@ -90,17 +90,10 @@ def batch_gradient(run: LocalRun, samples: list[Sample], advantages: torch.Tenso
 
 
 def measure_batch(run: LocalRun, config: LocalTrainConfig, batch: int) -> dict[str, Any]:
-    """One batch: its rollout at every cost, and per setting (`setting_names`) its gradient and offset share."""
-    tasks_at = {cost: make_tasks(at_cost(config, cost), "train", batch * config.tasks_per_step, config.tasks_per_step)
-                for cost in COSTS}
-    start = run.sampler.rng_state()
-    samples_at: dict[float, list[Sample]] = {}
-    for cost in COSTS:
-        run.sampler.set_rng_state(start)
-        results = run.rollout(tasks_at[cost], run.sampler, config.k, "tree")
-        samples_at[cost] = trainable([s for r in results for s in r.samples])
-        if played(samples_at[cost]) != played(samples_at[COSTS[0]]):
-            raise SystemExit(f"research.grouping_signal: batch {batch}: the samples at cost {cost} differ from cost 0")
+    """One batch: one rollout (at cost 0), and per setting (`setting_names`) its gradient and offset share."""
+    tasks = make_tasks(config, "train", batch * config.tasks_per_step, config.tasks_per_step)
+    results = run.rollout(tasks, run.sampler, config.k, "tree")
+    samples_at = {cost: at_cost(trainable([s for r in results for s in r.samples]), cost) for cost in COSTS}
     gradients: dict[str, np.ndarray] = {}
     offsets: dict[str, float] = {}
     largest_change = 0.0
