@@ -59,6 +59,11 @@ def mean_loo_cosine(gram: np.ndarray) -> float:
     return float(np.mean(loo_cosines(gram)))
 
 
+def cosine_gain(gram: np.ndarray, reference: np.ndarray) -> float:
+    """mean_loo_cosine(reference) - mean_loo_cosine(gram), the same batches under two groupings."""
+    return mean_loo_cosine(reference) - mean_loo_cosine(gram)
+
+
 def snr_ratio(gram: np.ndarray, reference: np.ndarray) -> float:
     """snr(gram) / snr(reference), the same batches under two groupings."""
     return snr(gram) / snr(reference)

@@ -9,6 +9,7 @@ import pytest
 
 from research.grouping_signal.gradient_stats import (
     Estimate,
+    cosine_gain,
     cosine_to_expected,
     expected_cosine,
     jackknife,
@@ -85,6 +86,8 @@ def test_paired_ratio_and_step_ratio_of_a_noisier_grouping() -> None:
     steps = step_ratio(gram(coarse), gram(fine))
     assert steps == pytest.approx(math.sqrt(0.5 / 1.5) / math.sqrt(0.1 / 1.1), rel=0.15)
     assert step_ratio(gram(fine), gram(fine)) == pytest.approx(1.0)
+    gain = jackknife(cosine_gain, gram(coarse), gram(fine))
+    assert gain.ci95[0] > 0 and cosine_gain(gram(fine), gram(fine)) == 0.0
 
 
 def test_expected_cosine_of_groupings_that_point_the_same_way_or_apart() -> None:
