@@ -3,6 +3,7 @@ it: per seed, the run's own final evaluation and its checkpoint read as trained 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -43,10 +44,14 @@ def effect_table(seeds: list[dict]) -> str:
     return markdown_table(lines) + f"\n\nMeans over {len(seeds)} seeds; differences paired per seed."
 
 
+def invalid_share(role: str, reading: dict) -> float:
+    return reading["invalid_share"][role]
+
+
 def invalid_table(seeds: list[dict]) -> str:
     lines = [["role's invalid share", *(f"{mode}: swapped - as trained (SE) [95%]" for mode in MODES)]]
     for role in ROLES:
-        share = lambda reading, role=role: reading["invalid_share"][role]  # noqa: E731
+        share = functools.partial(invalid_share, role)
         lines.append([f"`{role}` role", *(summary_text(swap_effect(seeds, mode, share)) for mode in MODES)])
     return markdown_table(lines)
 

@@ -79,9 +79,14 @@ def train_seed(runs: Path, seed: int, steps: int) -> Path:
     return checkpoint
 
 
+def reading_name(sampled: bool, swapped: bool) -> str:
+    """"greedy", "greedy_swapped", "sampled" or "sampled_swapped": a reading's key in the results."""
+    return ("sampled" if sampled else "greedy") + ("_swapped" if swapped else "")
+
+
 def read(config: LocalTrainConfig, checkpoint: Path, sampled: bool, swapped: bool) -> Reading:
     """`verl-mas eval checkpoint=... [swap_roles=true]`, greedy or sampled as the run's own evaluation samples."""
-    name = ("sampled" if sampled else "greedy") + ("_swapped" if swapped else "")
+    name = reading_name(sampled, swapped)
     eval_config = EvalConfig(
         checkpoint=str(checkpoint),
         samples=config.eval_samples if sampled else 1,
@@ -108,7 +113,7 @@ def probe_seed(runs: Path, seed: int, steps: int, collect: bool) -> SeedResult:
     history = [json.loads(line) for line in (run_folder(runs, seed) / "metrics.jsonl").read_text().splitlines()]
     before, final = history[0], history[-1]
     readings = {
-        ("sampled" if sampled else "greedy") + ("_swapped" if swapped else ""): read(config, checkpoint, sampled, swapped)
+        reading_name(sampled, swapped): read(config, checkpoint, sampled, swapped)
         for sampled in (False, True)
         for swapped in (False, True)
     }

@@ -45,7 +45,9 @@ class EvalConfig:
             if not isinstance(policy, str) or not policy:
                 raise ValueError(f"serve.{role} must name a policy, got {policy!r}")
         if self.swap_roles and self.serve:
-            raise ValueError("swap_roles and serve: give one (swap_roles exchanges two roles' policies, serve maps each)")
+            raise ValueError(
+                "swap_roles and serve: give one (swap_roles exchanges two roles' policies, serve maps each)"
+            )
 
 
 def serving_router(trained: PolicyRouter, eval_config: EvalConfig) -> PolicyRouter:
@@ -54,7 +56,9 @@ def serving_router(trained: PolicyRouter, eval_config: EvalConfig) -> PolicyRout
     policies, roles = trained.policies, trained.roles
     if eval_config.swap_roles:
         if len(policies) == 1:
-            raise ValueError(f"swap_roles: every role is served by the one policy {policies[0]!r}; a swap changes nothing")
+            raise ValueError(
+                f"swap_roles: every role is served by the one policy {policies[0]!r}; a swap changes nothing"
+            )
         if len(policies) != 2 or len(roles) != 2:
             shown = ", ".join(f"{role}: {policy}" for role, policy in trained.role_to_policy)
             raise ValueError(

@@ -20,8 +20,10 @@ def seed(n: int, greedy: tuple[float, float], sampled: tuple[float, float], run:
     return {
         "seed": n, "step": 100, "run_greedy": run[0], "run_sampled": run[1],
         "run_greedy_before": 0.3, "run_sampled_before": 0.25,
-        "readings": {"greedy": reading(greedy[0], 0.1, 0.2), "greedy_swapped": reading(greedy[1], 0.1, 0.5),
-                     "sampled": reading(sampled[0], episodes=512), "sampled_swapped": reading(sampled[1], episodes=512)},
+        "readings": {
+            "greedy": reading(greedy[0], 0.1, 0.2), "greedy_swapped": reading(greedy[1], 0.1, 0.5),
+            "sampled": reading(sampled[0], episodes=512), "sampled_swapped": reading(sampled[1], episodes=512),
+        },
     }  # fmt: skip
 
 

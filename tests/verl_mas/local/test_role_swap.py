@@ -56,7 +56,7 @@ def saved_policy_of(model: torch.nn.Module, checkpoint: Path) -> str:
     return matches[0]
 
 
-def served_weights(monkeypatch, checkpoint: Path, eval_config: EvalConfig, tmp_path: Path) -> dict[str, set[str]]:
+def served_weights(monkeypatch, checkpoint: Path, eval_config: EvalConfig) -> dict[str, set[str]]:
     """Per role, the saved policies whose weights answered its requests in this evaluation."""
     RecordingGenerator.served = []
     monkeypatch.setattr(evaluate_module, "BatchingGenerator", RecordingGenerator)
@@ -74,14 +74,12 @@ def test_the_two_saved_policies_differ(per_role_checkpoint):
 
 def test_swapped_evaluation_serves_each_role_with_the_other_roles_weights(per_role_checkpoint, monkeypatch, tmp_path):
     checkpoint = per_role_checkpoint
-    as_trained = served_weights(monkeypatch, checkpoint, EvalConfig(json=str(tmp_path / "a.json")), tmp_path)
-    swapped = served_weights(
-        monkeypatch, checkpoint, EvalConfig(swap_roles=True, json=str(tmp_path / "b.json")), tmp_path
-    )
+    as_trained = served_weights(monkeypatch, checkpoint, EvalConfig(json=str(tmp_path / "a.json")))
+    swapped = served_weights(monkeypatch, checkpoint, EvalConfig(swap_roles=True, json=str(tmp_path / "b.json")))
     assert as_trained == {"tool": {"tool"}, "plan": {"plan"}}
     assert swapped == {"tool": {"plan"}, "plan": {"tool"}}
     both_plan = EvalConfig(serve={"tool": "plan", "plan": "plan"}, json=str(tmp_path / "c.json"))
-    assert served_weights(monkeypatch, checkpoint, both_plan, tmp_path) == {"tool": {"plan"}, "plan": {"plan"}}
+    assert served_weights(monkeypatch, checkpoint, both_plan) == {"tool": {"plan"}, "plan": {"plan"}}
 
 
 def test_the_report_says_which_policy_served_which_role(per_role_checkpoint, tmp_path, capsys):
