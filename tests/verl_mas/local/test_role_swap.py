@@ -155,3 +155,11 @@ def test_swap_roles_refuses_three_roles_on_two_policies_and_points_to_serve():
         serving_router(trained, EvalConfig(swap_roles=True))
     served = serving_router(trained, EvalConfig(serve={"tool": "b", "plan": "a", "critic": "a"}))
     assert served.role_to_policy == (("tool", "b"), ("plan", "a"), ("critic", "a"))
+
+
+def test_eval_help_documents_both_options(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    out = capsys.readouterr().out
+    assert "  swap_roles   true: serve each of two roles with the other role's trained policy" in out
+    assert "  serve        {role: policy}: which trained policy serves each role" in out
