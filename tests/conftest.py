@@ -7,7 +7,7 @@ import tempfile
 import pytest
 import xdist_schedule
 
-import mas_testkit  # noqa: F401  (import registers the "counter" environment)
+import mas_testkit  # noqa: F401  (import registers the test environments "counter" and "say_digit")
 
 os.environ["VERL_MAS_CACHE"] = tempfile.mkdtemp(prefix="verl_mas_test_cache_")
 

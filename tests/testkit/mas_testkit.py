@@ -102,6 +102,54 @@ if "counter" not in ENVS:
     register_env("counter")(CounterEnv)
 
 
+class SayDigitEnv(MultiAgentEnv):
+    """Each role says the task's digit. Local reward -|len(reply) - 1| / 8, so random replies get different rewards
+    (groups have variance and updates move the weights); solved, and done, once a role says the digit. Every move's
+    info holds the reply's length, which no metric of the engine reads, so only a run callback can report it."""
+
+    def __init__(self, max_turns: int = 2, single_agent: bool = False) -> None:
+        self.roles = ("solo",) if single_agent else ("red", "blue")
+        self.max_turns = max_turns
+        self.digit = "0"
+        self.said = False
+
+    def workflow(self) -> Workflow:
+        return Workflow(roles=self.roles, max_turns=self.max_turns)
+
+    def reset(self, task: Task) -> None:
+        self.digit = str(task.seed % 10)
+        self.said = False
+
+    def observe(self, role: str) -> list[dict[str, str]]:
+        return [{"role": "user", "content": f"{role}: say {self.digit}"}]
+
+    def step(self, role: str, text: str) -> StepResult:
+        self.said = self.said or text.strip() == self.digit
+        reward = -abs(len(text) - 1) / 8
+        return StepResult(
+            float(self.said), reward, self.said, valid=text.strip().isdigit(), info={"chars": len(text)}
+        )
+
+    def clone(self) -> SayDigitEnv:
+        other = SayDigitEnv(self.max_turns, self.roles == ("solo",))
+        other.digit, other.said = self.digit, self.said
+        return other
+
+    @property
+    def done(self) -> bool:
+        return self.said
+
+    def success(self) -> bool:
+        return self.said
+
+    def expert(self, role: str) -> str:
+        return self.digit
+
+
+if "say_digit" not in ENVS:
+    register_env("say_digit")(SayDigitEnv)
+
+
 def parse_observation(text: str) -> dict[str, str]:
     return dict(part.split("=", 1) for part in text.split())
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from verl_mas.env import ENVS, MultiAgentEnv, StepResult, Task, Workflow, register_env
 from verl_mas.local.callbacks import RunCallbacks
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.presets import apply_train_overrides
@@ -17,50 +16,9 @@ from verl_mas.local.train import sample_advantages, train
 from verl_mas.sample import trainable
 
 
-class CountCharsEnv(MultiAgentEnv):
-    """Each role says the task's digit; every move's info holds the reply's length, which no metric of the engine
-    reads, so only a callback can report it."""
-
-    def __init__(self) -> None:
-        self.digit, self.said = "0", False
-
-    def workflow(self) -> Workflow:
-        return Workflow(roles=("red", "blue"), max_turns=2)
-
-    def reset(self, task: Task) -> None:
-        self.digit, self.said = str(task.seed % 10), False
-
-    def observe(self, role: str) -> list[dict[str, str]]:
-        return [{"role": "user", "content": f"{role}: say {self.digit}"}]
-
-    def step(self, role: str, text: str) -> StepResult:
-        self.said = self.said or text.strip() == self.digit
-        reward = -abs(len(text) - 1) / 8
-        return StepResult(float(self.said), reward, self.said, valid=text.strip().isdigit(), info={"chars": len(text)})
-
-    def clone(self) -> CountCharsEnv:
-        other = CountCharsEnv()
-        other.digit, other.said = self.digit, self.said
-        return other
-
-    @property
-    def done(self) -> bool:
-        return self.said
-
-    def success(self) -> bool:
-        return self.said
-
-    def expert(self, role: str) -> str:
-        return self.digit
-
-
-if "count_chars" not in ENVS:
-    register_env("count_chars")(CountCharsEnv)
-
-
 def config(output_dir: Path, **overrides) -> LocalTrainConfig:
     base = {
-        "env": "count_chars",
+        "env": "say_digit",  # mas_testkit: every move's info holds its reply's length
         "k": 2,
         "tasks_per_step": 2,
         "steps": 2,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from verl_mas.cli import main
-from verl_mas.env import ENVS, MultiAgentEnv, StepResult, Task, Workflow, register_env
+from verl_mas.env import MultiAgentEnv, Task
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.files import RunError
 from verl_mas.local.presets import apply_train_overrides
@@ -23,49 +23,6 @@ from verl_mas.rollout import GenerationRequest
 from verl_mas.router import PolicyRouter
 from verl_mas.sample import Sample, samples_to_tensors
 
-
-class SayDigitEnv(MultiAgentEnv):
-    """Each role says the task's digit. Local reward -|len(reply) - 1| / 8, so random replies get different rewards
-    (groups have variance and updates move the weights); solved, and done, once a role says the digit."""
-
-    def __init__(self, max_turns: int = 2, single_agent: bool = False) -> None:
-        self.roles = ("solo",) if single_agent else ("red", "blue")
-        self.max_turns = max_turns
-        self.digit = "0"
-        self.said = False
-
-    def workflow(self) -> Workflow:
-        return Workflow(roles=self.roles, max_turns=self.max_turns)
-
-    def reset(self, task: Task) -> None:
-        self.digit = str(task.seed % 10)
-        self.said = False
-
-    def observe(self, role: str) -> list[dict[str, str]]:
-        return [{"role": "user", "content": f"{role}: say {self.digit}"}]
-
-    def step(self, role: str, text: str) -> StepResult:
-        self.said = self.said or text.strip() == self.digit
-        return StepResult(float(self.said), -abs(len(text) - 1) / 8, self.said, valid=text.strip().isdigit())
-
-    def clone(self) -> SayDigitEnv:
-        other = SayDigitEnv(self.max_turns, self.roles == ("solo",))
-        other.digit, other.said = self.digit, self.said
-        return other
-
-    @property
-    def done(self) -> bool:
-        return self.said
-
-    def success(self) -> bool:
-        return self.said
-
-    def expert(self, role: str) -> str:
-        return self.digit
-
-
-if "say_digit" not in ENVS:
-    register_env("say_digit")(SayDigitEnv)
 
 LEVELS = {
     "L0_single_agent": {"env_options": {"single_agent": True}, "router": "shared"},
