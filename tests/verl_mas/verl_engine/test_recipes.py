@@ -435,29 +435,21 @@ def test_an_empty_data_file_fails_at_start(base_config, tmp_path):
         check_config(config)
 
 
-def test_a_bad_key_prints_one_line_and_no_traceback(tmp_path):
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("mas.rollout.k=0", "verl_mas.main: mas.rollout.k must be >= 1, got 0"),
+        (
+            "+trainer_hooks.check._target_=verl_mas.verl_engine.PhaseCheck",
+            "verl_mas.main: trainer_hooks.check._target_: cannot import 'verl_mas.verl_engine.PhaseCheck'",
+        ),
+    ],
+    ids=["bad_mas_key", "bad_trainer_hook_path"],
+)
+def test_a_bad_key_fails_at_start_in_one_line_naming_it(tmp_path, override, message):
     result = subprocess.run(
-        [sys.executable, "-m", "verl_mas.main", "mas.rollout.k=0"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
+        [sys.executable, "-m", "verl_mas.main", override], capture_output=True, text=True, timeout=180, cwd=tmp_path
     )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and "Error executing job" not in result.stderr
-    assert "verl_mas.main: mas.rollout.k must be >= 1, got 0" in result.stderr
-
-
-def test_a_bad_trainer_hook_path_fails_at_start_naming_the_key(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "verl_mas.main", "+trainer_hooks.check._target_=verl_mas.verl_engine.PhaseCheck"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr and "Error executing job" not in result.stderr
-    assert (
-        "verl_mas.main: trainer_hooks.check._target_: cannot import 'verl_mas.verl_engine.PhaseCheck'" in result.stderr
-    )
+    assert message in result.stderr
