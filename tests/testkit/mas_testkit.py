@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from verl_mas.env import ENVS, MultiAgentEnv, StepResult, Task, Workflow, register_env
+from verl_mas.local.config import LocalTrainConfig
+from verl_mas.local.presets import apply_train_overrides
 from verl_mas.rollout import Generation, GenerationRequest
 
 INVALID_PENALTY = -1.0
@@ -126,9 +130,7 @@ class SayDigitEnv(MultiAgentEnv):
     def step(self, role: str, text: str) -> StepResult:
         self.said = self.said or text.strip() == self.digit
         reward = -abs(len(text) - 1) / 8
-        return StepResult(
-            float(self.said), reward, self.said, valid=text.strip().isdigit(), info={"chars": len(text)}
-        )
+        return StepResult(float(self.said), reward, self.said, valid=text.strip().isdigit(), info={"chars": len(text)})
 
     def clone(self) -> SayDigitEnv:
         other = SayDigitEnv(self.max_turns, self.roles == ("solo",))
@@ -148,6 +150,27 @@ class SayDigitEnv(MultiAgentEnv):
 
 if "say_digit" not in ENVS:
     register_env("say_digit")(SayDigitEnv)
+
+
+def say_digit_config(output_dir: Path, settings: Mapping[str, Any] = {}, **overrides: Any) -> LocalTrainConfig:
+    """A tiny local run on `say_digit` with every size and rate set here, so that changes to the defaults do not change
+    what the tests run; `settings` join the base keys, then `overrides` apply on top."""
+    base = {
+        "env": "say_digit",
+        "k": 2,
+        "tasks_per_step": 2,
+        "steps": 2,
+        "eval_tasks": 2,
+        "eval_every": 100,
+        "seed": 0,
+        "output_dir": str(output_dir),
+        "model": {"path": "", "hidden": 32, "layers": 1, "heads": 4, "vocab_size": 300, "max_positions": 128},
+        "warm_start": {"tasks": 4, "epochs": 1, "lr": 3e-3, "batch_size": 8},
+        "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 6},
+        "update": {"lr": 1e-2, "temperature": 1.0},
+        "progress": False,
+    } | dict(settings)
+    return apply_train_overrides(apply_train_overrides(LocalTrainConfig(), base), overrides)
 
 
 def parse_observation(text: str) -> dict[str, str]:

@@ -9,31 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from mas_testkit import say_digit_config
 from verl_mas.local.callbacks import RunCallbacks
 from verl_mas.local.config import LocalTrainConfig
-from verl_mas.local.presets import apply_train_overrides
 from verl_mas.local.train import sample_advantages, train
 from verl_mas.sample import trainable
 
 
 def config(output_dir: Path, **overrides) -> LocalTrainConfig:
-    base = {
-        "env": "say_digit",  # mas_testkit: every move's info holds its reply's length
-        "k": 2,
-        "tasks_per_step": 2,
-        "steps": 2,
-        "eval_tasks": 2,
-        "eval_samples": 1,
-        "eval_every": 100,
-        "seed": 0,
-        "output_dir": str(output_dir),
-        "model": {"path": "", "hidden": 32, "layers": 1, "heads": 4, "vocab_size": 300, "max_positions": 128},
-        "warm_start": {"tasks": 4, "epochs": 1, "lr": 3e-3, "batch_size": 8},
-        "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 6},
-        "update": {"lr": 1e-2, "temperature": 1.0},
-        "progress": False,
-    }
-    return apply_train_overrides(apply_train_overrides(LocalTrainConfig(), base), overrides)
+    """mas_testkit's tiny say_digit run (every move's info holds its reply's length), sampled evaluation on."""
+    return say_digit_config(output_dir, {"eval_samples": 1}, **overrides)
 
 
 class Recorder(RunCallbacks):

@@ -11,18 +11,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from mas_testkit import say_digit_config
 from verl_mas.cli import main
 from verl_mas.env import MultiAgentEnv, Task
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.files import RunError
-from verl_mas.local.presets import apply_train_overrides
 from verl_mas.local.train import LocalRun, train
 from verl_mas.local.warm_start import collect_expert_pairs, render_prompt
 from verl_mas.overrides import apply_overrides
 from verl_mas.rollout import GenerationRequest
 from verl_mas.router import PolicyRouter
 from verl_mas.sample import Sample, samples_to_tensors
-
 
 LEVELS = {
     "L0_single_agent": {"env_options": {"single_agent": True}, "router": "shared"},
@@ -37,24 +36,8 @@ DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.i
 
 
 def tiny_config(output_dir: Path, **overrides) -> LocalTrainConfig:
-    """Every size and rate set here, so that changes to the defaults do not change what these tests run."""
-    base = {
-        "env": "say_digit",
-        "env_options": {"max_turns": 1},
-        "k": 2,
-        "tasks_per_step": 2,
-        "steps": 2,
-        "eval_tasks": 2,
-        "eval_every": 100,
-        "seed": 0,
-        "output_dir": str(output_dir),
-        "model": {"path": "", "hidden": 32, "layers": 1, "heads": 4, "vocab_size": 300, "max_positions": 128},
-        "warm_start": {"tasks": 4, "epochs": 1, "lr": 3e-3, "batch_size": 8},
-        "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 6},
-        "update": {"lr": 1e-2, "temperature": 1.0},
-        "progress": False,
-    }
-    return apply_train_overrides(apply_train_overrides(LocalTrainConfig(), base), overrides)
+    """mas_testkit's tiny say_digit run, one turn per episode."""
+    return say_digit_config(output_dir, {"env_options": {"max_turns": 1}}, **overrides)
 
 
 def checkpoint_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
