@@ -18,6 +18,10 @@ class Preset:
 
     description: str
     overrides: Mapping[str, Any]
+    # The env whose options the preset's env_options are: under another env they are left out (smoke keeps its small
+    # model and budget, the env its own defaults), or, when the preset exists for that env alone, it is refused.
+    for_env: str | None = None
+    only_for_env: bool = False
 
 
 SMOKE_OVERRIDES = {
@@ -44,7 +48,11 @@ CODE_TOOL_OVERRIDES = {
 
 PRESETS: dict[str, Preset] = {
     "default": Preset("the embedded default: tiny model, Plan-Path, AT-GRPO, one model shared by all roles (L1)", {}),
-    "smoke": Preset("a run of seconds to check a setup: 4x4 boards, hidden 32, 2 steps of 2 tasks", SMOKE_OVERRIDES),
+    "smoke": Preset(
+        "a run of seconds to check a setup: hidden 32, 2 steps of 2 tasks (Plan-Path: 4x4 boards)",
+        SMOKE_OVERRIDES,
+        for_env="plan_path",
+    ),
     "single_agent": Preset(
         "L0: one role does the whole task (env_options.single_agent=true), one model",
         {"env_options": {"single_agent": True}, "router": "shared", "output_dir": "runs/single_agent"},
@@ -52,6 +60,8 @@ PRESETS: dict[str, Preset] = {
     "code_tool": Preset(
         "the tool agent writes a program the sandbox runs (tool_mode=code), with the warm start and lr it needs",
         CODE_TOOL_OVERRIDES,
+        for_env="plan_path",
+        only_for_env=True,
     ),
     "per_role": Preset("L3: one whole model per role", {"router": "per_role", "output_dir": "runs/per_role"}),
     "lora_per_role": Preset(
@@ -132,8 +142,22 @@ def resolve_train_config(
     if overrides.get("env", config.env) != config.env:  # before the presets, so that their env options stay
         config = for_env(config, overrides.pop("env"))
     for name in names:
-        config = apply_train_overrides(config, preset(name).overrides)
+        config = apply_train_overrides(config, preset_overrides(name, config.env))
     return apply_train_overrides(config, overrides)
+
+
+def preset_overrides(name: str, env: str) -> Mapping[str, Any]:
+    """The preset's overrides for a run of `env`: without its env options where they are another env's.
+
+    Raises:
+        ValueError: the preset exists for another env alone.
+    """
+    found = preset(name)
+    if found.for_env is None or found.for_env == env:
+        return found.overrides
+    if found.only_for_env:
+        raise ValueError(f"preset={name} is for env={found.for_env} alone ({found.description}), not env={env}")
+    return {key: value for key, value in found.overrides.items() if key != "env_options"}
 
 
 def for_env(config: LocalTrainConfig, env: str) -> LocalTrainConfig:

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from verl_mas.env import make_env
 from verl_mas.local.config import (
     NUMERIC_KEYS,
     LocalTrainConfig,
@@ -50,6 +51,21 @@ def test_norm_adv_by_std_is_one_key_and_kept_in_the_saved_config(tmp_path):
     assert config.norm_adv_by_std is False and LocalTrainConfig().norm_adv_by_std is True  # verl's default
     (tmp_path / "config.json").write_text(config_json(config))
     assert read_config(tmp_path / "config.json").norm_adv_by_std is False
+
+
+@pytest.mark.parametrize("env", ["sokoban", "sudoku", "math", "code"])
+def test_smoke_on_another_env_keeps_its_budget_and_leaves_plan_path_boards_out(env):
+    config = resolve_train_config(parse_overrides(["preset=smoke", f"env={env}"]))
+    assert (config.env, config.env_options, config.k, config.steps, config.model.hidden) == (env, {}, 2, 2, 32)
+    make_env(env, **config.env_options)  # the env takes its own defaults
+    plan_path = resolve_train_config(parse_overrides(["preset=smoke"]))
+    assert plan_path.env_options["size"] == 4 and plan_path.env_options["max_turns"] == 2
+
+
+def test_a_preset_for_one_env_alone_is_refused_on_another():
+    with pytest.raises(ValueError, match=r"^preset=code_tool is for env=plan_path alone .*, not env=sudoku$"):
+        resolve_train_config(parse_overrides(["env=sudoku", "preset=code_tool"]))
+    assert resolve_train_config(parse_overrides(["preset=code_tool"])).env_options["tool_mode"] == "code"
 
 
 def test_grouping_presets_and_the_unknown_level_message():
