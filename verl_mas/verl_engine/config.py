@@ -27,6 +27,16 @@ MOVED_TO_HOOKS: dict[str, tuple[str, str]] = {
 }
 
 
+# verl's rollout backends whose servers `policies.PolicyLLMServerManager` names per policy: only the plain vLLM
+# replica asks `_get_server_name_prefix` for its Ray actor name. The others register fixed names (and their workers
+# look the server up by that name, e.g. verl/workers/rollout/sglang_rollout/sglang_rollout.py).
+PER_POLICY_ROLLOUTS: tuple[str, ...] = ("vllm",)
+FIXED_SERVER_NAMES: dict[str, str] = {
+    "sglang": "sglang_server_<replica>_<node> (verl/workers/rollout/sglang_rollout/async_sglang_server.py)",
+    "trtllm": "trtllm_server_<replica> (verl/workers/rollout/trtllm_rollout/trtllm_async_server.py)",
+}
+
+
 class MasConfigError(ValueError):
     """A `mas:` setting is wrong; the message names the key and what it accepts."""
 
@@ -258,6 +268,26 @@ def check_supported(config: DictConfig, mas: MasConfig) -> None:
             )
         if OmegaConf.select(config, "global_profiler.steps"):
             raise MasConfigError("global_profiler.steps: profiling is not supported with several policies")
+        check_rollout_backend(config.actor_rollout_ref.rollout)
+
+
+def check_rollout_backend(rollout: DictConfig) -> None:
+    """With several policies, each policy's LLM servers need their own Ray actor names: only verl's plain vLLM
+    replica takes a name from outside verl, so other backends would fail at start with Ray's 'name ... is already
+    taken' once the second policy's servers start."""
+    if rollout.name not in PER_POLICY_ROLLOUTS:
+        fixed = FIXED_SERVER_NAMES.get(rollout.name, "a name without the policy in it")
+        raise MasConfigError(
+            f"actor_rollout_ref.rollout.name={rollout.name}: not supported with several policies; verl 0.9.1 names "
+            f"each {rollout.name} server {fixed}, the same for every policy, so the policies' servers would collide. "
+            f"Use rollout.name={PER_POLICY_ROLLOUTS[0]}, or one policy (mas.router=shared)"
+        )
+    if rollout.disaggregation.enabled:
+        raise MasConfigError(
+            "actor_rollout_ref.rollout.disaggregation.enabled=true: not supported with several policies; verl 0.9.1 "
+            "names prefill/decode servers vllm_server_<replica>_<i> (verl/workers/rollout/vllm_rollout/"
+            "vllm_pd_replica.py), the same for every policy, so the policies' servers would collide"
+        )
 
 
 # ------------------------------------------------------------------ the trainer
