@@ -321,13 +321,24 @@ def cached(path: Path, compute: Callable[[], dict], reuse: bool) -> dict:
     return value
 
 
+def seed_work(seed: int) -> Path:
+    """The seed's work folder: its warm start is its own (seed 0's runs kept the folder's first layout)."""
+    return WORK if seed == 0 else WORK / f"seed_{seed}"
+
+
+def record_name(router: str, seed: int) -> str:
+    """The compact record's file name: ROUTER.json for seed 0, ROUTER_seedS.json for the replication seeds."""
+    return f"{router}.json" if seed == 0 else f"{router}_seed{seed}.json"
+
+
 def train_and_evaluate(args: argparse.Namespace) -> Path | None:
     torch.set_num_threads(args.threads)
-    work = WORK / args.router
+    root = seed_work(args.seed)
+    work = root / args.router
     config = local_config(args, work / "local")
-    model = WORK / "model"
+    model = root / "model"
     if not model.exists():
-        export_policies(apply_overrides(local_config(args, WORK / "warm_start"), {"router": "shared"}), model)
+        export_policies(apply_overrides(local_config(args, root / "warm_start"), {"router": "shared"}), model)
     write_boards(config, work / "data")
     overrides = verl_command(config, args, model, work / "data", work / "verl")
     runs = {
@@ -387,7 +398,7 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
         "training_spread": training_spread(boards, spread),
         "boards_per_step": boards,
     }
-    path = WORK / f"{args.router}.json"
+    path = root / record_name(args.router, args.seed)
     path.write_text(json.dumps(finite_or_null(result), indent=1, allow_nan=False))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / path.name).write_text(json.dumps(finite_or_null(compact_record(result)), indent=1, allow_nan=False))
@@ -525,7 +536,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--reuse", action="store_true", help="take finished engine runs from the work folder")
     parser.add_argument(
-        "--out", type=Path, default=DEFAULT_OUT, help="folder of the page's data, ROUTER.json (default: %(default)s)"
+        "--out",
+        type=Path,
+        default=DEFAULT_OUT,
+        help="folder of the page's data: ROUTER.json (seed 0), ROUTER_seedS.json (default: %(default)s)",
     )
     parser.add_argument("--plot", action="store_true", help="only report and chart the saved results")
     args = parser.parse_args(argv)
