@@ -19,6 +19,8 @@ from verl_mas.rollout import RolloutConfig
 from verl_mas.router import PolicyRouter
 
 ROUTER_NAMES: tuple[str, ...] = ("shared", "per_role")
+# resources Ray defines itself: a node_resource must be the user's own
+RAY_RESOURCES: tuple[str, ...] = ("CPU", "GPU", "memory", "object_store_memory")
 # former `mas:` keys, now trainer hooks (`verl_mas.verl_engine.diagnostics`): key -> (hook class, its option)
 MOVED_TO_HOOKS: dict[str, tuple[str, str]] = {
     "update_audit": ("UpdateRecorder", "audit"),
@@ -51,11 +53,17 @@ class PolicyConfig:
             policies with an explicit number leave of `trainer.n_gpus_per_node`.
         lora_rank: 0 trains all weights; > 0 trains a LoRA adapter of this rank (alpha and target modules come
             from `actor_rollout_ref.model`).
+        nnodes: nodes this policy's pool spans, `n_gpus_per_node` GPUs on each; None: `trainer.nnodes`.
+        node_resource: a Ray custom resource given to the nodes this policy may run on (`ray start --resources`);
+            each bundle of its pool asks for a sliver of it, so the pool lands only there (`placement`). None: any
+            node. Set for every policy or for none; policies with the same resource share its nodes' GPUs.
     """
 
     model_path: str = ""
     n_gpus_per_node: int | None = None
     lora_rank: int = 0
+    nnodes: int | None = None
+    node_resource: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,20 @@ class MasConfig:
                 raise MasConfigError(f"{key}.n_gpus_per_node must be an integer >= 1 or null, got {gpus!r}")
             if not _is_int(policy.lora_rank) or policy.lora_rank < 0:
                 raise MasConfigError(f"{key}.lora_rank must be an integer >= 0, got {policy.lora_rank!r}")
+            if policy.nnodes is not None and (not _is_int(policy.nnodes) or policy.nnodes < 1):
+                raise MasConfigError(f"{key}.nnodes must be an integer >= 1 or null, got {policy.nnodes!r}")
+            resource = policy.node_resource
+            if resource is not None and (not isinstance(resource, str) or not resource or resource in RAY_RESOURCES):
+                raise MasConfigError(
+                    f"{key}.node_resource must be a Ray custom resource name or null (not one of {RAY_RESOURCES}), "
+                    f"got {resource!r}"
+                )
+        unpinned = [p for p, s in self.policy_settings().items() if s.node_resource is None]
+        if unpinned and len(unpinned) < len(router.policies):
+            raise MasConfigError(
+                f"mas.policies.{unpinned[0]}.node_resource: set it for every policy or for none; a policy without "
+                "one may land on another's nodes and take the GPUs they were given"
+            )
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -134,26 +156,41 @@ class MasConfig:
         return {p: self.policies.get(p, PolicyConfig()) for p in self.policy_router().policies}
 
     def gpus_per_policy(self, n_gpus_per_node: int) -> dict[str, int]:
-        """GPUs per node of each policy, in router order; they add up to `n_gpus_per_node`.
+        """GPUs per node of each policy, in router order: the policies that share nodes (the same `node_resource`,
+        or all of them when none is set) split `n_gpus_per_node` between them.
 
         Raises:
             MasConfigError: the explicit numbers exceed the node, or the rest does not split evenly.
         """
         settings = self.policy_settings()
-        explicit = {p: s.n_gpus_per_node for p, s in settings.items() if s.n_gpus_per_node is not None}
-        shared_by = [p for p in settings if p not in explicit]
-        left = n_gpus_per_node - sum(explicit.values())
-        if left < 0 or (not shared_by and left != 0):
+        shares: dict[str, int] = {}
+        for resource in dict.fromkeys(s.node_resource for s in settings.values()):
+            shares |= _split_gpus({p: s for p, s in settings.items() if s.node_resource == resource}, n_gpus_per_node)
+        return {p: shares[p] for p in settings}
+
+    def nodes_per_policy(self, trainer_nnodes: int) -> dict[str, int]:
+        """Nodes of each policy's pool, in router order (`trainer.nnodes` where `nnodes` is unset).
+
+        Raises:
+            MasConfigError: the policies need more nodes than `trainer.nnodes`: one policy alone, or, with
+                `node_resource`s, the nodes of the different resources together.
+        """
+        settings = self.policy_settings()
+        nodes = {p: s.nnodes or trainer_nnodes for p, s in settings.items()}
+        for policy, n in nodes.items():
+            if n > trainer_nnodes:
+                raise MasConfigError(f"mas.policies.{policy}.nnodes={n} is more than trainer.nnodes={trainer_nnodes}")
+        by_resource: dict[str, int] = {}
+        for p, s in settings.items():
+            if s.node_resource is not None:  # all policies or none (__post_init__); placement keeps nodes apart
+                by_resource[s.node_resource] = max(by_resource.get(s.node_resource, 0), nodes[p])
+        if sum(by_resource.values()) > trainer_nnodes:
             raise MasConfigError(
-                f"mas.policies.*.n_gpus_per_node: {explicit} must add up to trainer.n_gpus_per_node={n_gpus_per_node}"
+                f"mas.policies.*.nnodes: the policies' node_resources need {by_resource} nodes, "
+                f"{sum(by_resource.values())} in all, more than trainer.nnodes={trainer_nnodes}; set trainer.nnodes "
+                "to the nodes the run uses"
             )
-        if shared_by and (left < len(shared_by) or left % len(shared_by)):
-            raise MasConfigError(
-                f"mas.policies.*.n_gpus_per_node: {left} GPU(s) per node left for policies {shared_by} cannot be "
-                "shared equally with at least one each; set n_gpus_per_node for each policy"
-            )
-        share = left // len(shared_by) if shared_by else 0
-        return {p: explicit.get(p, share) for p in settings}
+        return nodes
 
     @classmethod
     def from_mapping(cls, node: Mapping[str, Any]) -> MasConfig:
@@ -238,6 +275,24 @@ def _checked_keys(node: Any, schema: type, where: str, required: tuple[str, ...]
     return dict(node)
 
 
+def _split_gpus(settings: Mapping[str, PolicyConfig], n_gpus_per_node: int) -> dict[str, int]:
+    """`n_gpus_per_node` split between policies that share nodes: explicit numbers first, the rest equally."""
+    explicit = {p: s.n_gpus_per_node for p, s in settings.items() if s.n_gpus_per_node is not None}
+    shared_by = [p for p in settings if p not in explicit]
+    left = n_gpus_per_node - sum(explicit.values())
+    if left < 0 or (not shared_by and left != 0):
+        raise MasConfigError(
+            f"mas.policies.*.n_gpus_per_node: {explicit} must add up to trainer.n_gpus_per_node={n_gpus_per_node}"
+        )
+    if shared_by and (left < len(shared_by) or left % len(shared_by)):
+        raise MasConfigError(
+            f"mas.policies.*.n_gpus_per_node: {left} GPU(s) per node left for policies {shared_by} cannot be "
+            "shared equally with at least one each; set n_gpus_per_node for each policy"
+        )
+    share = left // len(shared_by) if shared_by else 0
+    return {p: explicit.get(p, share) for p in settings}
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -252,6 +307,15 @@ def check_supported(config: DictConfig, mas: MasConfig) -> None:
         raise MasConfigError("trainer.v1.trainer_mode must be sync: the tree rollout is on-policy")
     if need_critic(config):
         raise MasConfigError("critic: AT-GRPO uses no critic; set algorithm.adv_estimator=at_grpo")
+    settings = mas.policy_settings()
+    for policy, policy_config in settings.items():
+        for key in ("nnodes", "node_resource"):
+            if len(settings) == 1 and getattr(policy_config, key) is not None:
+                raise MasConfigError(
+                    f"mas.policies.{policy}.{key}: only with several policies; one policy runs on verl's own pool "
+                    "(trainer.nnodes nodes, any of the cluster's)"
+                )
+    mas.nodes_per_policy(config.trainer.nnodes)
     if len(mas.policy_router().policies) > 1:
         if need_teacher_policy(config):
             raise MasConfigError("distillation.enabled: not supported with several policies")
