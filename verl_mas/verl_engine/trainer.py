@@ -20,7 +20,6 @@ from verl.single_controller.ray import (
     RayClassWithInitArgs,
     RayResourcePool,
     RayWorkerGroup,
-    ResourcePoolManager,
 )
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
@@ -46,6 +45,7 @@ from verl_mas.verl_engine.batch import (
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported, mas_config_of
 from verl_mas.verl_engine.hooks import TrainerHook, load_trainer_hooks
 from verl_mas.verl_engine.phases import PolicySpan, SplitWorkerGroup, prime_dispatch_layout, run_phase
+from verl_mas.verl_engine.placement import policy_pool_manager
 from verl_mas.verl_engine.policies import (
     PolicyActorRolloutRefWorker,
     PolicyLLMServerManager,
@@ -55,6 +55,7 @@ from verl_mas.verl_engine.policies import (
     policy_trainer_config,
 )
 from verl_mas.verl_engine.routing import PolicyRoutingClient
+from verl_mas.verl_engine.shared_folders import check_shared_folders
 from verl_mas.verl_engine.timeline import append_records
 
 
@@ -87,6 +88,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         self.policies: dict[str, PolicyRuntime] = {}
         self._timeline = os.path.abspath(os.path.expanduser(self.mas.timeline)) if self.mas.timeline else None
         self.hooks: list[TrainerHook] = load_trainer_hooks(config)
+        check_shared_folders(config, self.mas)  # on several Ray nodes: every node sees the run's folders
         self.group_health_warnings = GroupHealthWarnings()
         super().__init__(config)
 
@@ -113,15 +115,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         self._init_dataloader()
         self._init_dump_executor()
         gpus = self.mas.gpus_per_policy(self.config.trainer.n_gpus_per_node)
-        nnodes = self.config.trainer.nnodes
-        spec = {policy_pool_name(p): [n] * nnodes for p, n in gpus.items()}
-        if self.config.reward.reward_model.enable_resource_pool:
-            spec["reward_pool"] = [
-                self.config.reward.reward_model.n_gpus_per_node
-            ] * self.config.reward.reward_model.nnodes
-        self.resource_pool_manager = ResourcePoolManager(
-            resource_pool_spec=spec, mapping={Role.RewardModel: "reward_pool"} if "reward_pool" in spec else {}
-        )
+        self.resource_pool_manager = policy_pool_manager(self.config, self.mas)  # pinned by mas.policies.*
         self.resource_pool_manager.create_resource_pool()
         pools = {p: self.resource_pool_manager.resource_pool_dict[policy_pool_name(p)] for p in gpus}
         configs = {
