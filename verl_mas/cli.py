@@ -34,10 +34,11 @@ verl-mas: multi-agent AT-GRPO for verl
                                   write train.parquet / eval.parquet in verl's row format
                                   (key=value pairs are environment options, e.g. size=6)
   verl-mas envs                   list the registered environments and their roles
-  verl-mas doctor [--target local|cpu|gpu] [--recipe RECIPE_YAML]
+  verl-mas doctor [--target local|cpu|gpu] [--recipe RECIPE_YAML] [--gpu-memory GIB] [override ...]
                                   is this install right? versions, extras, the verl plugin in a fresh
                                   process, sandbox layers, what can run here; exit 1 when the target
-                                  (or recipe: gpu unless --target cpu) lacks something
+                                  (or recipe: gpu unless --target cpu) lacks something; --gpu-memory
+                                  plans each GPU's peak per policy and phase and names what to change
 """
 
 
@@ -138,6 +139,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RECIPE_YAML",
         help="also check a recipe (its env, sandbox, attention) for --target cpu or gpu (default gpu)",
     )
+    doctor.add_argument(
+        "--gpu-memory",
+        type=float,
+        metavar="GIB",
+        help="plan each GPU's memory (GiB per GPU, nvidia-smi's total / 1024) for the recipe, or for verl-mas's "
+        "defaults without --recipe: peaks per policy and phase, and the keys to change; exit 1 when one overflows",
+    )
+    doctor.add_argument(
+        "--mean-sample-tokens",
+        type=int,
+        metavar="N",
+        help="the mean sample length (prompt and response) the plan of padded batches assumes (default 1024)",
+    )
+    doctor.add_argument("overrides", nargs="*", help="hydra overrides of the recipe, as python -m verl_mas.main takes")
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
@@ -199,8 +214,17 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"{split}: {path}")
     elif args.command == "doctor":
         from verl_mas import doctor
+        from verl_mas.verl_engine.memory_plan import DEFAULT_MEAN_SAMPLE_TOKENS
 
-        return doctor.main(args.target, args.recipe)
+        memory = None
+        if args.gpu_memory is not None:
+            memory = doctor.MemoryRequest(
+                args.gpu_memory,
+                args.mean_sample_tokens if args.mean_sample_tokens is not None else DEFAULT_MEAN_SAMPLE_TOKENS,
+            )
+        elif args.mean_sample_tokens is not None:
+            raise ValueError("--mean-sample-tokens is an assumption of the memory plan: give --gpu-memory too")
+        return doctor.main(args.target, args.recipe, memory=memory, overrides=tuple(args.overrides))
     elif args.command == "envs":
         from verl_mas.env import env_names, make_env
 

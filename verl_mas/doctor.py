@@ -230,7 +230,24 @@ def target_problems(facts: Facts, target: str) -> list[str]:
     return problems
 
 
-def recipe_problems(facts: Facts, recipe: Path, target: str) -> tuple[list[str], list[str]]:
+def composed(recipe: Path | None, target: str, overrides: tuple[str, ...] = ()) -> Any:
+    """The config `python -m verl_mas.main` composes from `recipe` (None: verl-mas's own mas_trainer, as a command
+    typed by hand) for `target` with hydra `overrides`, its attention keys filled in as at start."""
+    from hydra import compose, initialize_config_dir
+
+    from verl_mas.main import CONFIG_DIR, fill_attention
+
+    where, name = (recipe.resolve().parent, recipe.stem) if recipe is not None else (CONFIG_DIR, "mas_trainer")
+    platform = ["+platform=cpu"] if target == "cpu" else []
+    with initialize_config_dir(config_dir=str(where), version_base=None):
+        config = compose(name, overrides=[*platform, *overrides])
+    fill_attention(config)
+    return config
+
+
+def recipe_problems(
+    facts: Facts, recipe: Path, target: str, overrides: tuple[str, ...] = ()
+) -> tuple[list[str], list[str]]:
     """(problems, notes) of running the verl-engine recipe `recipe` on `target` (cpu or gpu) here: it composes and
     passes the `mas:` checks, its environment builds, the sandbox runs when the environment runs model-written code,
     attention needs no missing flash-attn; notes say what the launcher may still override (the GPU count)."""
@@ -239,16 +256,13 @@ def recipe_problems(facts: Facts, recipe: Path, target: str) -> tuple[list[str],
     if not recipe.is_file():
         return [f"recipe {recipe}: no such file"], notes
     try:
-        from hydra import compose, initialize_config_dir
         from omegaconf import OmegaConf
 
         from verl_mas.env import make_env
         from verl_mas.main import check_attention
         from verl_mas.verl_engine.config import MasConfig
 
-        overrides = ["+platform=cpu"] if target == "cpu" else []
-        with initialize_config_dir(config_dir=str(recipe.resolve().parent), version_base=None):
-            config = compose(recipe.stem, overrides=overrides)
+        config = composed(recipe, target, overrides)
         mas = MasConfig.from_mapping(OmegaConf.to_container(config.mas, resolve=True))
         env = make_env(mas.env, **mas.env_options)
     except Exception as error:  # noqa: BLE001  (a recipe that does not compose or check is the finding)
@@ -273,6 +287,26 @@ def recipe_problems(facts: Facts, recipe: Path, target: str) -> tuple[list[str],
     return problems, notes
 
 
+def memory_problems(
+    recipe: Path | None, overrides: tuple[str, ...], gpu_memory: float, mean_sample_tokens: int
+) -> tuple[list[str], list[str], list[str]]:
+    """(report lines, problems, notes) of the memory plan of `recipe` with `overrides` on GPUs of `gpu_memory` GiB:
+    a peak over the device is a problem, a KV cache that makes vLLM preempt a note."""
+    from verl_mas.verl_engine.memory_plan import plan_memory
+
+    what = f"recipe {recipe}" if recipe is not None else "verl-mas's defaults (a command typed by hand)"
+    try:
+        plan = plan_memory(composed(recipe, "gpu", overrides), gpu_memory, mean_sample_tokens)
+    except Exception as error:  # noqa: BLE001  (a config the plan cannot read is the finding)
+        problem = f"memory plan of {what}: {type(error).__name__}: {error}"
+        return [problem], [problem], []
+    shown = " ".join(overrides)
+    lines = [f"memory plan of {what}" + (f" with {shown}" if shown else ""), *plan.text().splitlines()]
+    problems = [f"memory: {w.line()}" for w in plan.warnings if w.fatal]
+    notes = [f"memory: {w.line()}" for w in plan.warnings if not w.fatal]
+    return lines, problems, notes
+
+
 def _layer_lines(sandbox: dict[str, Any]) -> list[str]:
     if sandbox.get("error") and not sandbox.get("layers"):
         return [f"  unavailable: {sandbox['error']}"]
@@ -285,9 +319,24 @@ def _layer_lines(sandbox: dict[str, Any]) -> list[str]:
     return lines
 
 
-def report(facts: Facts, target: str | None = None, recipe: Path | None = None) -> tuple[str, int]:
-    """The report's text and the exit status: 1 when the chosen target or recipe lacks something, else 0 (without
-    a target, only a broken core fails: verl-mas's own requirements, or at_grpo not registered)."""
+@dataclass(frozen=True)
+class MemoryRequest:
+    """`--gpu-memory` (GiB per GPU) and the mean sample length the plan of padded batches assumes."""
+
+    gpu_memory: float
+    mean_sample_tokens: int
+
+
+def report(
+    facts: Facts,
+    target: str | None = None,
+    recipe: Path | None = None,
+    memory: MemoryRequest | None = None,
+    overrides: tuple[str, ...] = (),
+) -> tuple[str, int]:
+    """The report's text and the exit status: 1 when the chosen target or recipe lacks something, or a planned
+    memory peak exceeds the device, else 0 (without a target, only a broken core fails: verl-mas's own requirements,
+    or at_grpo not registered)."""
     lines = ["verl-mas doctor", "", "versions", f"  {'python':<14}{facts.python}"]
     for name, version in facts.versions.items():
         shown = version or "not installed"
@@ -318,10 +367,17 @@ def report(facts: Facts, target: str | None = None, recipe: Path | None = None) 
     chosen = target_problems(facts, target) if target else _core(facts)
     notes: list[str] = []
     if recipe is not None:
-        found, recipe_notes = recipe_problems(facts, recipe, target or "gpu")
+        found, recipe_notes = recipe_problems(facts, recipe, target or "gpu", overrides)
         chosen += found
         notes += recipe_notes
         lines += ["", f"recipe {recipe} on {target}: " + ("ok" if not found else "; ".join(found))]
+    if memory is not None:
+        plan_lines, plan_problems, plan_notes = memory_problems(
+            recipe, overrides, memory.gpu_memory, memory.mean_sample_tokens
+        )
+        lines += ["", *plan_lines]
+        chosen += plan_problems
+        notes += plan_notes
     if notes:
         lines += ["", "notes", *(f"  {note}" for note in notes)]
     what = f"target {target}" if target else "the core"
@@ -344,12 +400,22 @@ def _core(facts: Facts) -> list[str]:
     )
 
 
-def main(target: str | None, recipe: Path | None, out: Callable[[str], None] = print) -> int:
+def main(
+    target: str | None,
+    recipe: Path | None,
+    out: Callable[[str], None] = print,
+    memory: MemoryRequest | None = None,
+    overrides: tuple[str, ...] = (),
+) -> int:
     """`verl-mas doctor`: print the report, return the exit status."""
     if target is not None and target not in TARGETS:
         raise ValueError(f"--target must be one of {list(TARGETS)}, got {target!r}")
     if recipe is not None and target == "local":
         raise ValueError("--recipe is a recipe for verl's stack: use it with --target cpu or gpu, not local")
-    text, status = report(gather(), target, recipe)
+    if memory is not None and target in ("local", "cpu"):
+        raise ValueError(f"--gpu-memory plans a GPU run: use it with --target gpu or without --target, not {target}")
+    if overrides and recipe is None and memory is None:
+        raise ValueError("hydra overrides change a recipe or a memory plan: give --recipe or --gpu-memory")
+    text, status = report(gather(), target, recipe, memory, tuple(overrides))
     out(text)
     return status

@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import hydra
 import ray
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 from verl.trainer.main_ppo import TaskRunnerV1, run_ppo
 from verl.trainer.ppo.utils import need_critic, need_reference_policy
 from verl.utils.config import validate_config
@@ -54,6 +55,7 @@ def check_config(config: DictConfig) -> MasConfig:
     mas.gpus_per_policy(config.trainer.n_gpus_per_node)
     for key in ("data.train_files", "data.val_files"):
         check_data_files(key, OmegaConf.select(config, key), mas)
+    fill_attention(config)
     check_attention(config)
     agent = config.actor_rollout_ref.rollout.agent
     if agent.agent_loop_config_path is None:
@@ -62,11 +64,33 @@ def check_config(config: DictConfig) -> MasConfig:
     return mas
 
 
+def flash_attn_importable() -> bool:
+    """Whether flash-attn is installed in this environment (the workers of a one-node run share it)."""
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def fill_attention(config: DictConfig, flash_attn_installed: bool | None = None) -> str:
+    """Fill in the attention keys mas_defaults.yaml leaves null: packed batches with flash-attention where flash-attn
+    is installed (no padding tokens), else sdpa over padded batches; a key given explicitly is kept. Returns the
+    path the run takes, as the doctor and the memory plan name it."""
+    if flash_attn_installed is None:
+        flash_attn_installed = flash_attn_importable()
+    model = config.actor_rollout_ref.model
+    with open_dict(model):
+        if model.get("override_config") is None:
+            model.override_config = {}
+        if model.override_config.get("attn_implementation") is None:
+            model.override_config.attn_implementation = "flash_attention_2" if flash_attn_installed else "sdpa"
+        if model.get("use_remove_padding") is None:
+            model.use_remove_padding = model.override_config.attn_implementation == "flash_attention_2"
+    return "packed" if model.use_remove_padding else "padded"
+
+
 def check_attention(config: DictConfig, flash_attn_installed: bool | None = None) -> None:
     """Flash-attention settings need the flash-attn package (not part of `verl-mas[gpu]`): refuse them at start
     rather than at model load on every worker."""
     if flash_attn_installed is None:
-        flash_attn_installed = importlib.util.find_spec("flash_attn") is not None
+        flash_attn_installed = flash_attn_importable()
     if flash_attn_installed:
         return
     model = config.actor_rollout_ref.model
@@ -231,7 +255,46 @@ def main(config: DictConfig) -> None:
     except MasConfigError as error:  # the message names the key: no hydra banner, no traceback
         print(f"verl_mas.main: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    warn_memory_plan(config, warn=lambda line: print(line, file=sys.stderr))
     run_ppo(config, task_runner_class=MasTaskRunner)
+
+
+def warn_memory_plan(config: DictConfig, warn: Callable[[str], None], device_gib: float | None = None) -> None:
+    """On a GPU platform, warn (never stop) when the memory plan of this config on this machine's first GPU has a
+    peak over the device or a KV cache that cannot hold the sequences in flight; the CPU platform is not planned."""
+    from verl_mas.verl_engine.memory_plan import plan_memory
+
+    if config.trainer.device == "cpu":
+        return
+    if device_gib is None:
+        device_gib = first_gpu_gib()
+        if device_gib is None:
+            warn(
+                "verl_mas.main: warning: nvidia-smi shows no GPU, memory not planned (see verl-mas doctor --gpu-memory)"
+            )
+            return
+    try:
+        plan = plan_memory(config, device_gib)
+    except ValueError as error:
+        warn(f"verl_mas.main: warning: memory not planned: {error}")
+        return
+    for found in plan.warnings:
+        warn(f"verl_mas.main: warning: memory plan (an estimate): {found.line()}")
+
+
+def first_gpu_gib() -> float | None:
+    """The first GPU's memory in GiB as nvidia-smi reports it (no CUDA context in this process, which would hold
+    memory on that GPU for the whole run); None without nvidia-smi or a GPU."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return int(done.stdout.split()[0]) / 1024 if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
 
 
 if __name__ == "__main__":

@@ -405,16 +405,18 @@ def test_every_recipe_composes_with_the_cpu_platform(env, tmp_path):
 
 
 def test_gpu_defaults_need_no_flash_attn_and_asking_for_it_without_it_fails_at_start(base_config):
-    from verl_mas.main import check_attention
+    from verl_mas.main import check_attention, fill_attention
 
-    model = base_config.actor_rollout_ref.model
-    assert model.override_config.attn_implementation == "sdpa" and model.use_remove_padding is False
-    check_attention(base_config, flash_attn_installed=False)
+    model = base_config.actor_rollout_ref.model  # left null: chosen at start by what is installed
+    assert model.override_config.attn_implementation is None and model.use_remove_padding is None
+    without = copy.deepcopy(base_config)
+    assert fill_attention(without, flash_attn_installed=False) == "padded"
+    check_attention(without, flash_attn_installed=False)
     for key, value in (
         ("actor_rollout_ref.model.override_config.attn_implementation", "flash_attention_2"),
         ("actor_rollout_ref.model.use_remove_padding", True),
     ):
-        config = copy.deepcopy(base_config)
+        config = copy.deepcopy(without)
         OmegaConf.update(config, key, value)
         with pytest.raises(MasConfigError, match=rf"^{key}=.* need flash-attn, which is not installed"):
             check_attention(config, flash_attn_installed=False)
