@@ -1,0 +1,81 @@
+"""The grouping ablation page's figures (research/grouping_ablation/README.md), from data/runs.jsonl as
+research.grouping_ablation writes it: per tool cost, the validity check, each arm minus AT-GRPO, and the progress."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from research.records import RUNS_FILE, RunCurves, read_runs
+from research.stats import difference_summary, markdown_table, summary_text
+
+DATA = Path(__file__).resolve().parent / "data"
+BASELINE = "task_role_turn"
+ARMS = (BASELINE, "task_role", "task")
+DESIGN_SEEDS = 8
+STEPS = 200
+MODES = ("sampled", "greedy")  # the primary endpoint first
+
+
+def complete_seeds(runs: list[RunCurves], cost: float) -> dict[int, dict[str, RunCurves]]:
+    """The seeds of one tool cost whose every arm has finished, each as {arm: run}."""
+    by_seed: dict[int, dict[str, RunCurves]] = {}
+    for run in runs:
+        if run.labels["tool_cost"] == cost:
+            by_seed.setdefault(run.seed, {})[run.method] = run
+    return {seed: arms for seed, arms in sorted(by_seed.items()) if set(arms) == set(ARMS)}
+
+
+def gain(run: RunCurves, mode: str) -> float:
+    return run.at(mode, STEPS) - run.at(mode, 0)
+
+
+def level_table(runs: list[RunCurves], cost: float) -> str:
+    seeds = complete_seeds(runs, cost)
+    n = len(seeds)
+    if n < 2:
+        return f"Tool cost {cost:g}: {n} of {DESIGN_SEEDS} seeds finished; no interval yet."
+    lines = [["tool cost " + f"{cost:g}", *(f"{mode} (SE) [95%]" for mode in MODES)]]
+    lines.append(
+        [f"`{BASELINE}` gain, step {STEPS} minus 0 (validity)"]
+        + [summary_text(difference_summary([gain(arms[BASELINE], mode) for arms in seeds.values()])) for mode in MODES]
+    )
+    for arm in ARMS[1:]:
+        lines.append(
+            [f"`{arm}` minus `{BASELINE}` at step {STEPS}"]
+            + [
+                summary_text(
+                    difference_summary(
+                        [arms[arm].at(m, STEPS) - arms[BASELINE].at(m, STEPS) for arms in seeds.values()]
+                    )
+                )
+                for m in MODES
+            ]
+        )
+    valid = difference_summary([gain(arms[BASELINE], "sampled") for arms in seeds.values()])["ci95"][0] > 0
+    status = "complete" if n >= DESIGN_SEEDS else f"interim: {n} of {DESIGN_SEEDS} seeds; not a result"
+    verdict = "met" if valid else "not met (this level is void)"
+    return (
+        markdown_table(lines)
+        + f"\n\nPaired over seeds {', '.join(map(str, seeds))} ({status}). "
+        + f"Validity check (sampled gain above 0): {verdict}."
+    )
+
+
+def progress_table(runs: list[RunCurves]) -> str:
+    costs = sorted({run.labels["tool_cost"] for run in runs})
+    lines = [["tool cost", *[f"`{arm}`" for arm in ARMS], "minutes per arm (median)"]]
+    for cost in costs:
+        mine = [run for run in runs if run.labels["tool_cost"] == cost]
+        counts = [str(sum(run.method == arm for run in mine)) for arm in ARMS]
+        minutes = sorted(run.labels["wall_s"] / 60 for run in mine)
+        lines.append([f"{cost:g}", *counts, f"{minutes[len(minutes) // 2]:.1f}"])
+    return markdown_table(lines) + f"\n\nSeeds finished per arm, of {DESIGN_SEEDS}."
+
+
+def tables(folder: Path = DATA) -> dict[str, str]:
+    runs = read_runs(folder / RUNS_FILE)
+    return {
+        "progress": progress_table(runs),
+        "cost_0": level_table(runs, 0.0),
+        "cost_2": level_table(runs, 2.0),
+    }
