@@ -249,7 +249,7 @@ def policy_settings(config: DictConfig, mean_sample_tokens: int = DEFAULT_MEAN_S
     mas = MasConfig.from_mapping(OmegaConf.to_container(config.mas, resolve=True))
     workflow = make_env(mas.env, **mas.env_options).workflow()
     router = mas.policy_router()
-    nodes = int(_select(config, "trainer.nnodes", 1))
+    nodes = mas.nodes_per_policy(int(_select(config, "trainer.nnodes", 1)))
     gpus = mas.gpus_per_policy(int(config.trainer.n_gpus_per_node))
     ref = "actor_rollout_ref"
     actor, rollout, fsdp = f"{ref}.actor", f"{ref}.rollout", f"{ref}.actor.fsdp_config"
@@ -273,7 +273,7 @@ def policy_settings(config: DictConfig, mean_sample_tokens: int = DEFAULT_MEAN_S
                 model_path=path,
                 shape=shape,
                 shape_source=source,
-                gpus=gpus[policy] * nodes,
+                gpus=gpus[policy] * nodes[policy],
                 roles=roles,
                 parallel=workflow.mode == "parallel",
                 tasks=int(config.data.train_batch_size),

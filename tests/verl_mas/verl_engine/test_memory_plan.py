@@ -213,6 +213,11 @@ def test_the_plan_reads_the_composed_recipe(math_8b_per_role):
     assert reasoner.shape == QWEN3_8B
     # 32 tasks x both roles at once / 2 policies / 4 replicas = 8 groups of K = 8 per replica, prompts shared
     assert plan.policies[0].kv.needed == (64 * 4096 + 8 * 4096) * 36 * 2 * 8 * 128 * 2
+    # a policy's GPUs are its GPUs per node on each of its nodes
+    two_nodes = copy.deepcopy(math_8b_per_role)
+    OmegaConf.update(two_nodes, "trainer.nnodes", 2)
+    OmegaConf.update(two_nodes, "mas.policies", {"tool": {"nnodes": 1}}, force_add=True)
+    assert [p.settings.gpus for p in plan_memory(two_nodes, 80).policies] == [8, 4]
     # verl's own defaults for a command typed by hand: TP 2 and half of each GPU for vLLM
     by_hand = doctor.composed(None, "gpu", ("mas.env=sudoku", "actor_rollout_ref.model.path=Qwen/Qwen3-1.7B"))
     shared = plan_memory(by_hand, 80).policies[0]
