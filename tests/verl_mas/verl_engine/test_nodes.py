@@ -269,12 +269,12 @@ def test_pools_and_folder_checks_on_two_real_nodes(two_nodes: NodeCluster, stack
         manager = policy_pool_manager(config, mas(pinned()))
         manager.create_resource_pool()
         for policy, resource in RESOURCES.items():
-            groups = manager.resource_pool_dict[f"mas_{policy}_pool"].get_placement_groups(device_name="cpu")
+            groups = manager.resource_pool_dict[f"mas_{policy}_pool"].get_placement_groups()
             table = ray.util.placement_group_table(groups[0])
             assert set(table["bundles_to_node_id"].values()) == {two_nodes.node_ids[resource]}, policy
             assert table["bundles"][0][resource] == pytest.approx(1e-4)
-        with pytest.raises(MasConfigError, match=r"0 alive node\(s\) with resource 'mas_nowhere'"):
-            policy_pool_manager(config, mas({p: {"node_resource": "mas_nowhere", "nnodes": 1} for p in RESOURCES}))
+        with pytest.raises(MasConfigError, match=r"0 alive node\(s\) with resource 'nowhere_plan'"):
+            policy_pool_manager(config, mas({p: {"node_resource": f"nowhere_{p}", "nnodes": 1} for p in RESOURCES}))
         folders = composed([f"trainer.default_local_dir={stack / 'nodes' / 'ckpt'}"])
         assert check_shared_folders(folders, mas(timeline=str(stack / "nodes" / "timeline.jsonl"))) == 2
         assert not [p for p in (stack / "nodes").rglob(".verl_mas_shared_*")]  # the tokens are removed
