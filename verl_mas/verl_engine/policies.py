@@ -29,6 +29,7 @@ from verl_mas.verl_engine.timeline import append_records
 
 MAS_POLICY_KEY = "mas_policy"  # in actor_rollout_ref.rollout.custom (verl's free-form slot): the worker's policy
 MAS_TIMELINE_KEY = "mas_timeline"  # in the same slot: mas.timeline, where the worker writes its compute spans
+ADAPTERS_KEY = "mas_adapters"  # in the same slot: the LoRA adapters one worker group and server hold (lora_per_role)
 # verl's vLLM weight sync meets the server's workers on the socket ipc:///tmp/rl-colocate-zmq-<job>-replica-<r>-rank-<l>
 # .sock; the server side reads <job> from this variable, the worker side from Ray's job id (see policy_job_id).
 VLLM_JOB_ID_ENV = "VERL_RAY_JOB_ID"
@@ -103,7 +104,13 @@ class PolicyLLMServerManager(LLMServerManager):
         prefix = server_name_prefix(policy, rollout.name)
         server_class = None
         if rollout.name == "vllm" and not rollout.disaggregation.enabled:
-            server_class = ray.remote(_policy_vllm_server_class(policy))
+            server_class = _policy_vllm_server_class(policy)
+            adapters = (rollout.get("custom") or {}).get(ADAPTERS_KEY)
+            if adapters:  # one base model serving one adapter per role (mas.lora_per_role)
+                from verl_mas.verl_engine.adapter_serving import adapter_server_class  # imports vLLM
+
+                server_class = adapter_server_class(server_class, list(adapters))
+            server_class = ray.remote(server_class)
 
         class PolicyReplica(replica_class):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -191,18 +198,33 @@ class PolicyActorRolloutRefWorker(ActorRolloutRefWorker):
             return await super().update_weights(global_steps=global_steps, mode=mode)
 
 
+def apply_policy_model(config: DictConfig, settings: PolicyConfig) -> None:
+    """Set `actor_rollout_ref.model` to the policy's model and LoRA rank, in place.
+
+    A LoRA policy's servers load the base weights from the model path themselves (verl's `rollout.load_format`
+    `dummy` becomes `auto`): the base is frozen, so only the adapter needs to travel, and verl's sync of the base
+    into a LoRA-enabled vLLM fails on a model whose output layer is tied to its embeddings (vLLM 0.29 refused the
+    tiny CPU-stack model's `lm_head.weight`).
+    """
+    with open_dict(config):
+        model = config.actor_rollout_ref.model
+        if settings.model_path:
+            model.path = settings.model_path
+        if settings.lora_rank:
+            model.lora_rank = settings.lora_rank
+        rollout = config.actor_rollout_ref.rollout
+        if model.get("lora_rank", 0) > 0 and rollout.get("load_format") == "dummy":
+            rollout.load_format = "auto"
+
+
 def policy_trainer_config(
     config: DictConfig, policy: str, settings: PolicyConfig, n_gpus_per_node: int, timeline: str | None = None
 ) -> DictConfig:
     """A copy of verl's whole config in which actor_rollout_ref is this policy's (model, LoRA, GPUs), and whose
     `actor_rollout_ref.rollout.custom` names the policy and the timeline file its workers write to."""
     policy_config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+    apply_policy_model(policy_config, settings)
     with open_dict(policy_config):
-        model = policy_config.actor_rollout_ref.model
-        if settings.model_path:
-            model.path = settings.model_path
-        if settings.lora_rank:
-            model.lora_rank = settings.lora_rank
         policy_config.actor_rollout_ref.rollout.n_gpus_per_node = n_gpus_per_node
         policy_config.actor_rollout_ref.rollout.custom = {
             **(policy_config.actor_rollout_ref.rollout.get("custom") or {}),

@@ -32,7 +32,14 @@ from verl.workers.utils.padding import response_to_nested
 
 from verl_mas.group_health import GroupHealthWarnings
 from verl_mas.router import PolicyRouter
+from verl_mas.verl_engine.adapters import (
+    ADAPTER_GROUP,
+    AdapterActorRolloutRefWorker,
+    adapter_pool_manager,
+    adapter_trainer_config,
+)
 from verl_mas.verl_engine.batch import (
+    SampleTags,
     at_grpo_advantages,
     batch_tags,
     infra_failures,
@@ -43,6 +50,7 @@ from verl_mas.verl_engine.batch import (
     step_group_health,
 )
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported, mas_config_of
+from verl_mas.verl_engine.guard import check_on_policy, gap_metrics, logprob_gaps
 from verl_mas.verl_engine.hooks import TrainerHook, load_trainer_hooks
 from verl_mas.verl_engine.phases import PolicySpan, SplitWorkerGroup, prime_dispatch_layout, run_phase
 from verl_mas.verl_engine.placement import policy_pool_manager
@@ -50,6 +58,7 @@ from verl_mas.verl_engine.policies import (
     PolicyActorRolloutRefWorker,
     PolicyLLMServerManager,
     PolicyRuntime,
+    apply_policy_model,
     build_policy_worker_groups,
     policy_pool_name,
     policy_trainer_config,
@@ -90,11 +99,27 @@ class AtGrpoTrainer(PPOTrainerSync):
         self.hooks: list[TrainerHook] = load_trainer_hooks(config)
         check_shared_folders(config, self.mas)  # on several Ray nodes: every node sees the run's folders
         self.group_health_warnings = GroupHealthWarnings()
+        if not self.several_policies:  # verl builds the one policy from actor_rollout_ref: give it the policy's model
+            apply_policy_model(config, self.mas.policy_settings()[self.router.policies[0]])
         super().__init__(config)
 
     @property
     def several_policies(self) -> bool:
         return len(self.router.policies) > 1
+
+    @property
+    def lora_per_role(self) -> bool:
+        """One base model with one LoRA adapter per policy, in one worker group and one server (`mas.lora_per_role`):
+        every policy's runtime is that group's."""
+        return self.mas.lora_per_role
+
+    def _one_per_group(self) -> list[str]:
+        """One policy per worker group: the policies whose runtime a group-wide phase (weight sync, checkpoints) runs
+        on, once for each group."""
+        seen: dict[int, str] = {}
+        for policy, runtime in self.policies.items():
+            seen.setdefault(id(runtime), policy)
+        return list(seen.values())
 
     # ---------------------------------------------------------------- set-up
 
@@ -114,36 +139,48 @@ class AtGrpoTrainer(PPOTrainerSync):
         self._init_tokenizer()
         self._init_dataloader()
         self._init_dump_executor()
-        gpus = self.mas.gpus_per_policy(self.config.trainer.n_gpus_per_node)
-        self.resource_pool_manager = policy_pool_manager(self.config, self.mas)  # pinned by mas.policies.*
+        if self.lora_per_role:  # one group holds every policy's adapter on all the GPUs
+            gpus = {ADAPTER_GROUP: self.config.trainer.n_gpus_per_node}
+            adapters = adapter_trainer_config(self.config, self.router.policies, gpus[ADAPTER_GROUP], self._timeline)
+            configs = {ADAPTER_GROUP: adapters}
+            worker_class = AdapterActorRolloutRefWorker
+        else:
+            gpus = self.mas.gpus_per_policy(self.config.trainer.n_gpus_per_node)
+            configs = {
+                p: policy_trainer_config(self.config, p, s, gpus[p], timeline=self._timeline)
+                for p, s in self.mas.policy_settings().items()
+            }
+            worker_class = PolicyActorRolloutRefWorker
+        if self.lora_per_role:
+            self.resource_pool_manager = adapter_pool_manager(self.config)
+        else:
+            self.resource_pool_manager = policy_pool_manager(self.config, self.mas)  # pinned by mas.policies.*
         self.resource_pool_manager.create_resource_pool()
         pools = {p: self.resource_pool_manager.resource_pool_dict[policy_pool_name(p)] for p in gpus}
-        configs = {
-            p: policy_trainer_config(self.config, p, s, gpus[p], timeline=self._timeline)
-            for p, s in self.mas.policy_settings().items()
-        }
         for policy, policy_config in configs.items():
             self._check_tokenizer(policy, policy_config)
         roles = {p: self._actor_role(c) for p, c in configs.items()}
 
         def worker_class_of(policy: str) -> tuple[str, RayClassWithInitArgs]:
             return str(roles[policy]), RayClassWithInitArgs(
-                cls=ray.remote(PolicyActorRolloutRefWorker),
+                cls=ray.remote(worker_class),
                 config=configs[policy].actor_rollout_ref,
                 role=str(roles[policy]),
             )
 
         groups = build_policy_worker_groups(pools, worker_class_of, device_name=self.config.trainer.device)
-        for policy, group in groups.items():
+        runtimes = {}
+        for name, group in groups.items():
             group.init_model()
-            prime_dispatch_layout(group, ["actor", "ref"] if roles[policy] == Role.ActorRolloutRef else ["actor"])
-            self.policies[policy] = self._policy_runtime(policy, configs[policy], group, pools[policy])
+            prime_dispatch_layout(group, ["actor", "ref"] if roles[name] == Role.ActorRolloutRef else ["actor"])
+            runtimes[name] = self._policy_runtime(name, configs[name], group, pools[name])
+        self.policies = {p: runtimes[ADAPTER_GROUP if self.lora_per_role else p] for p in self.router.policies}
         rm_pool = self.resource_pool_manager.resource_pool_dict.get("reward_pool")
         self.reward_loop_manager = RewardLoopManager(config=self.config, rm_resource_pool=rm_pool)
         self.teacher_model_manager = None
         self.distillation_config = None
-        for runtime in self.policies.values():
-            runtime.checkpoint_manager.sleep_replicas()
+        for policy in self._one_per_group():
+            self.policies[policy].checkpoint_manager.sleep_replicas()
         self._load_checkpoint()
 
     def _actor_role(self, policy_config: DictConfig) -> Role:
@@ -215,8 +252,9 @@ class AtGrpoTrainer(PPOTrainerSync):
 
     @contextlib.contextmanager
     def _checkpoint_dir_of(self, policy: str) -> Iterator[None]:
-        """Several policies keep one verl checkpoint tree each, under trainer.default_local_dir/<policy>."""
-        if not self.several_policies:
+        """Several policies keep one verl checkpoint tree each, under trainer.default_local_dir/<policy>; one group of
+        adapters (`mas.lora_per_role`) keeps verl's one tree, every adapter in it."""
+        if not self.several_policies or self.lora_per_role:
             yield
             return
         base = self.config.trainer.default_local_dir
@@ -230,10 +268,11 @@ class AtGrpoTrainer(PPOTrainerSync):
 
     def get_llm_client(self) -> PolicyRoutingClient:
         clients = {p: runtime.llm_server_manager.get_client() for p, runtime in self.policies.items()}
-        return PolicyRoutingClient(clients, self.router)
+        adapters = {p: p for p in self.policies} if self.lora_per_role else None  # each policy is its adapter's name
+        return PolicyRoutingClient(clients, self.router, adapters=adapters)
 
     def _rollout_server_managers(self) -> list:
-        return [runtime.llm_server_manager for runtime in self.policies.values()]
+        return [self.policies[p].llm_server_manager for p in self._one_per_group()]
 
     # ---------------------------------------------------------------- every policy at once
 
@@ -251,10 +290,12 @@ class AtGrpoTrainer(PPOTrainerSync):
         call goes out before any is awaited (`sequential`: one policy after the other), `group` being that policy's
         split worker group; each policy's time goes to `metrics` as `policy/<id>/timing_s/<phase>`, and its span to
         the timeline. With one policy, verl's own call: `run(policy, None)` on verl's worker groups, as verl times it.
+        Adapters of one worker group (`mas.lora_per_role`) always run one after the other.
         """
         policies = list(self.policies) if policies is None else policies
         if not self.several_policies:
             return {policy: run(policy, None) for policy in policies}
+        sequential = sequential or self.lora_per_role
         groups = {policy: self.policies[policy].actor_rollout_wg for policy in policies}
         results, spans = run_phase(policies, groups, run, sequential=sequential)
         if metrics is not None:
@@ -286,6 +327,8 @@ class AtGrpoTrainer(PPOTrainerSync):
         """verl's `method(batch, metrics=...)` (old or ref log-prob, actor update) on every policy's rows at once."""
 
         def run(policy: str, group: SplitWorkerGroup | None) -> KVBatchMeta:
+            if self.lora_per_role:  # the group's next calls run under this policy's adapter
+                self.policies[policy].actor_rollout_wg.set_adapter(policy)
             with self._acting_as(policy, group), self._policy_metrics(policy, metrics) as policy_metrics:
                 return method(parts[policy], metrics=policy_metrics)
 
@@ -321,12 +364,13 @@ class AtGrpoTrainer(PPOTrainerSync):
             finally:
                 manager.actor_wg = self.policies[policy].actor_rollout_wg
 
-        self.run_phase("update_weights", run, step=self.global_steps if metrics is not None else None, metrics=metrics)
+        step = self.global_steps if metrics is not None else None
+        self.run_phase("update_weights", run, step=step, metrics=metrics, policies=self._one_per_group())
 
     @auto_await
     async def _sleep_replicas(self) -> None:
         """Every policy's replicas go to sleep together (verl's `sleep_replicas`, over all managers)."""
-        replicas = [r for runtime in self.policies.values() for r in runtime.checkpoint_manager.replicas]
+        replicas = [r for p in self._one_per_group() for r in self.policies[p].checkpoint_manager.replicas]
         await asyncio.gather(*(replica.sleep() for replica in replicas))
 
     def _sync_metrics(self) -> dict:
@@ -358,7 +402,7 @@ class AtGrpoTrainer(PPOTrainerSync):
                 PPOTrainerSync._load_checkpoint(self)
                 return self.global_steps
 
-        steps = self.run_phase("load_checkpoint", run, step=None)
+        steps = self.run_phase("load_checkpoint", run, step=None, policies=self._one_per_group())
         if len(set(steps.values())) > 1:
             raise RuntimeError(f"policies resumed from different steps {steps}; their checkpoints are out of step")
         self.global_steps = next(iter(steps.values()))
@@ -368,7 +412,8 @@ class AtGrpoTrainer(PPOTrainerSync):
             with self._acting_as(policy, group), self._checkpoint_dir_of(policy):
                 PPOTrainerSync._save_checkpoint(self)
 
-        self.run_phase("save_checkpoint", run, step=self.global_steps, metrics=self._sync_metrics())
+        policies = self._one_per_group()
+        self.run_phase("save_checkpoint", run, step=self.global_steps, metrics=self._sync_metrics(), policies=policies)
 
     # ---------------------------------------------------------------- one training step
 
@@ -429,6 +474,23 @@ class AtGrpoTrainer(PPOTrainerSync):
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
         return list(batch_tags(data["extra_fields"], batch.tags).policy)
 
+    def _check_on_policy(self, tags: SampleTags, proto: DataProto, metrics: dict) -> None:
+        """The on-policy guard (`mas.max_logprob_gap`): each role's sampler log-probs against its policy's recompute,
+        logged as mas/<role>/logprob_gap; a role past the bound stops the run (`guard.OffPolicyRollout`)."""
+        bound = self.mas.max_logprob_gap
+        if "rollout_log_probs" not in proto.batch or "old_log_probs" not in proto.batch:
+            if bound is None:
+                return
+            raise MasConfigError(
+                "mas.max_logprob_gap: the step has no rollout_log_probs or old_log_probs to compare, so the on-policy "
+                "guard cannot run; set mas.max_logprob_gap=null to run without it"
+            )
+        gaps = logprob_gaps(
+            tags, proto.batch["rollout_log_probs"], proto.batch["old_log_probs"], proto.batch["response_mask"]
+        )
+        metrics.update(gap_metrics(gaps))
+        check_on_policy(gaps, bound, adapters=self.lora_per_role)
+
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
         """Restore each row's mixed reward as its score, then at_grpo advantages grouped by (task, role, turn), and the
         health of those groups."""
@@ -440,6 +502,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         metrics.update(infra_failures(tags, self.mas.max_infra_failure_share))  # stops the run past the share
         proto = DataProto(batch=data.to_padded_tensor())
         response_mask = proto.batch["response_mask"]
+        self._check_on_policy(tags, proto, metrics)
         scores = reward_scores(tags, nested_mask.offsets().diff(), response_mask.shape[1])
         proto.batch["token_level_scores"] = scores
         if self.config.algorithm.use_kl_in_reward:
