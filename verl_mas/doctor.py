@@ -289,9 +289,9 @@ def recipe_problems(
 
 def memory_problems(
     recipe: Path | None, overrides: tuple[str, ...], gpu_memory: float, mean_sample_tokens: int
-) -> tuple[list[str], list[str], list[str]]:
-    """(report lines, problems, notes) of the memory plan of `recipe` with `overrides` on GPUs of `gpu_memory` GiB:
-    a peak over the device is a problem, a KV cache that makes vLLM preempt a note."""
+) -> tuple[list[str], list[str]]:
+    """(report lines, problems) of the memory plan of `recipe` with `overrides` on GPUs of `gpu_memory` GiB: a peak
+    over the device is a problem; a KV cache that makes vLLM preempt is only listed among the plan's warnings."""
     from verl_mas.verl_engine.memory_plan import plan_memory
 
     what = f"recipe {recipe}" if recipe is not None else "verl-mas's defaults (a command typed by hand)"
@@ -299,12 +299,10 @@ def memory_problems(
         plan = plan_memory(composed(recipe, "gpu", overrides), gpu_memory, mean_sample_tokens)
     except Exception as error:  # noqa: BLE001  (a config the plan cannot read is the finding)
         problem = f"memory plan of {what}: {type(error).__name__}: {error}"
-        return [problem], [problem], []
+        return [problem], [problem]
     shown = " ".join(overrides)
     lines = [f"memory plan of {what}" + (f" with {shown}" if shown else ""), *plan.text().splitlines()]
-    problems = [f"memory: {w.line()}" for w in plan.warnings if w.fatal]
-    notes = [f"memory: {w.line()}" for w in plan.warnings if not w.fatal]
-    return lines, problems, notes
+    return lines, [f"memory: {w.line()}" for w in plan.warnings if w.fatal]
 
 
 def _layer_lines(sandbox: dict[str, Any]) -> list[str]:
@@ -372,12 +370,9 @@ def report(
         notes += recipe_notes
         lines += ["", f"recipe {recipe} on {target}: " + ("ok" if not found else "; ".join(found))]
     if memory is not None:
-        plan_lines, plan_problems, plan_notes = memory_problems(
-            recipe, overrides, memory.gpu_memory, memory.mean_sample_tokens
-        )
+        plan_lines, plan_problems = memory_problems(recipe, overrides, memory.gpu_memory, memory.mean_sample_tokens)
         lines += ["", *plan_lines]
         chosen += plan_problems
-        notes += plan_notes
     if notes:
         lines += ["", "notes", *(f"  {note}" for note in notes)]
     what = f"target {target}" if target else "the core"
