@@ -63,6 +63,7 @@ class ModelShape:
 
     @property
     def layer_params(self) -> int:
+        """One decoder layer: q, k, v, o projections, q/k norms, the gated MLP, two RMSNorms."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         attention = self.hidden * q + 2 * self.hidden * kv + q * self.hidden + 2 * self.head_dim  # + q/k norms
         return attention + 3 * self.hidden * self.intermediate + 2 * self.hidden  # MLP, two RMSNorms
@@ -147,9 +148,8 @@ class PolicySettings:
     remove_padding: bool
     gradient_checkpointing: bool
     dynamic_batch: bool
-    update_tokens: int  # ppo_max_token_len_per_gpu (dynamic) or micro-batch samples x longest
+    update_tokens: int  # ppo_max_token_len_per_gpu (dynamic), or micro-batch samples x the length cap
     log_prob_tokens: int
-    micro_batch_samples: int | None  # when not dynamic
     tp: int
     gpu_memory_utilization: float
     max_num_seqs: int
@@ -196,6 +196,8 @@ class PlanWarning:
 
 @dataclass(frozen=True)
 class PolicyPlan:
+    """One policy's plan: its settings, the attention path, the phases' peaks and its KV cache."""
+
     settings: PolicySettings
     attention: str
     micro_batch_tokens: int  # the update's micro-batch as computed (padded or packed)
@@ -207,6 +209,8 @@ class PolicyPlan:
 
 @dataclass(frozen=True)
 class MemoryPlan:
+    """Every policy's plan on GPUs of `device_bytes`, and what does not fit."""
+
     device_bytes: float
     policies: tuple[PolicyPlan, ...]
     warnings: tuple[PlanWarning, ...]
@@ -289,7 +293,6 @@ def policy_settings(config: DictConfig, mean_sample_tokens: int = DEFAULT_MEAN_S
                 dynamic_batch=dynamic,
                 update_tokens=update_tokens,
                 log_prob_tokens=log_prob_tokens,
-                micro_batch_samples=None if dynamic else int(micro),
                 tp=int(_select(config, f"{rollout}.tensor_model_parallel_size", 1)),
                 gpu_memory_utilization=float(_select(config, f"{rollout}.gpu_memory_utilization", 0.5)),
                 max_num_seqs=int(_select(config, f"{rollout}.max_num_seqs", 256)),
@@ -317,6 +320,7 @@ def _layer_activation_bytes(shape: ModelShape) -> int:
 
 
 def plan_policy(s: PolicySettings, device_bytes: float) -> PolicyPlan:
+    """One policy's peaks per GPU in each phase, its attention path and its KV cache (the module docstring's terms)."""
     shape, n = s.shape, s.gpus
     longest = s.prompt_tokens + s.response_tokens
     if s.dynamic_batch:
@@ -375,6 +379,8 @@ def plan_policy(s: PolicySettings, device_bytes: float) -> PolicyPlan:
 
 
 def kv_plan(s: PolicySettings, device_bytes: float) -> KvPlan:
+    """What one replica's KV cache can hold after the weights and profiling activations, and what its sequences in
+    flight need at the length caps."""
     shape = s.shape
     replicas = max(s.gpus // s.tp, 1)
     kv_heads_per_rank = math.ceil(shape.kv_heads / s.tp)  # replicated when TP exceeds the KV heads

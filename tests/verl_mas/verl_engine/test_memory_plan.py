@@ -66,7 +66,6 @@ def settings(**changes) -> PolicySettings:
         dynamic_batch=True,
         update_tokens=16384,
         log_prob_tokens=16384,
-        micro_batch_samples=None,
         tp=1,
         gpu_memory_utilization=0.6,
         max_num_seqs=256,
@@ -222,6 +221,17 @@ def test_the_plan_reads_the_composed_recipe(math_8b_per_role):
     by_hand = doctor.composed(None, "gpu", ("mas.env=sudoku", "actor_rollout_ref.model.path=Qwen/Qwen3-1.7B"))
     shared = plan_memory(by_hand, 80).policies[0]
     assert (shared.settings.tp, shared.settings.gpu_memory_utilization, shared.kv.replicas) == (2, 0.5, 4)
+
+
+def test_fixed_micro_batches_plan_every_sample_at_the_length_caps(math_8b_per_role):
+    fixed = copy.deepcopy(math_8b_per_role)
+    OmegaConf.update(fixed, "actor_rollout_ref.actor.use_dynamic_bsz", False)
+    with pytest.raises(ValueError, match=r"^actor_rollout_ref\.actor\.ppo_micro_batch_size_per_gpu: needed"):
+        plan_memory(fixed, 80)
+    OmegaConf.update(fixed, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", 2)
+    reasoner = plan_memory(fixed, 80).policies[0]
+    assert reasoner.micro_batch_tokens == 2 * (4096 + 4096)  # padded or packed: both samples may be at the caps
+    assert parts(reasoner.update)["logits"] == 2 * 8192 * 151936 * 4
 
 
 def test_the_attention_path_is_chosen_at_start_where_the_defaults_leave_it(math_8b_per_role):
