@@ -17,6 +17,7 @@ piece can be simulated by changing one fact.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import os
 import platform
@@ -287,6 +288,16 @@ def recipe_problems(
     return problems, notes
 
 
+def attention_path(recipe: Path | None, overrides: tuple[str, ...] = ()) -> str:
+    """Which attention path a GPU run of `recipe` with `overrides` takes on this install (`fill_attention`)."""
+    model = composed(recipe, "gpu", overrides).actor_rollout_ref.model
+    implementation = model.override_config.attn_implementation
+    if model.use_remove_padding:
+        return f"packed ({implementation}, use_remove_padding=true): no padding tokens"
+    why = "" if implementation != "sdpa" or importlib.util.find_spec("flash_attn") else ", flash-attn is not installed"
+    return f"padded ({implementation}, use_remove_padding=false): each micro-batch pads to its longest sample{why}"
+
+
 def memory_problems(
     recipe: Path | None, overrides: tuple[str, ...], gpu_memory: float, mean_sample_tokens: int
 ) -> tuple[list[str], list[str]]:
@@ -369,6 +380,8 @@ def report(
         chosen += found
         notes += recipe_notes
         lines += ["", f"recipe {recipe} on {target}: " + ("ok" if not found else "; ".join(found))]
+        if target == "gpu" and not found:
+            lines.append(f"  attention on GPUs here: {attention_path(recipe, overrides)}")
     if memory is not None:
         plan_lines, plan_problems = memory_problems(recipe, overrides, memory.gpu_memory, memory.mean_sample_tokens)
         lines += ["", *plan_lines]

@@ -283,10 +283,14 @@ def test_doctor_prints_the_plan_and_fails_when_a_peak_overflows():
     padded = (*MATH_8B_PER_ROLE, "actor_rollout_ref.model.use_remove_padding=false", SDPA)
     text, status = doctor.report(FACTS, None, MATH, memory, padded)
     assert status == 1
-    assert f"recipe {MATH} on gpu: ok" in text
+    assert f"recipe {MATH} on gpu: ok\n  attention on GPUs here: padded (sdpa, use_remove_padding=false)" in text
     assert f"memory plan of recipe {MATH} with {' '.join(padded)}" in text
     assert "    attention: padded (sdpa, use_remove_padding=false)" in text
     assert "  - memory: reasoner: the update peaks at" in text  # a problem: exit 1
+    flash = ("actor_rollout_ref.model.use_remove_padding=true", SDPA.replace("=sdpa", "=flash_attention_2"))
+    assert (
+        doctor.attention_path(MATH, flash) == "packed (flash_attention_2, use_remove_padding=true): no padding tokens"
+    )
     assert "    reasoner: vLLM preempts" in text and "  - memory: reasoner: vLLM preempts" not in text  # not fatal
 
 
