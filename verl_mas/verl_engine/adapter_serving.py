@@ -8,8 +8,9 @@ imports nothing of verl's trainer.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from verl.utils.vllm import TensorLoRARequest
@@ -41,6 +42,21 @@ def adapter_request(name: str, ids: Mapping[str, int]) -> LoRARequest:
     return LoRARequest(lora_name=name, lora_int_id=ids[name], lora_path=adapter_path(name))
 
 
+@contextlib.contextmanager
+def serving(adapter: str) -> Iterator[None]:
+    """The request being served names `adapter` (module-level: Ray pickles the server class by value, not the
+    context variable)."""
+    token = _REQUEST_ADAPTER.set(adapter)
+    try:
+        yield
+    finally:
+        _REQUEST_ADAPTER.reset(token)
+
+
+def served_adapter() -> str | None:
+    return _REQUEST_ADAPTER.get()
+
+
 class AdapterEngineClient:
     """vLLM's engine client as verl's server holds it, except that `generate` serves the adapter the current request
     named (verl's server passes its single fixed adapter, or none before it is synced)."""
@@ -53,7 +69,7 @@ class AdapterEngineClient:
         return getattr(self._engine, name)
 
     def generate(self, *args: Any, lora_request: LoRARequest | None = None, **kwargs: Any) -> AsyncIterator[Any]:
-        adapter = _REQUEST_ADAPTER.get()
+        adapter = served_adapter()
         if adapter is None:
             raise RuntimeError("a generation reached the adapter server without an adapter: it would serve the base")
         return self._engine.generate(*args, lora_request=adapter_request(adapter, self._ids), **kwargs)
@@ -78,11 +94,8 @@ def adapter_server_class(server_class: type, names: Sequence[str]) -> type:
         async def generate(self, *args: Any, adapter: str | None = None, **kwargs: Any) -> Any:
             if adapter not in ids:
                 raise ValueError(f"adapter server: request names adapter {adapter!r}; it serves {list(ids)}")
-            token = _REQUEST_ADAPTER.set(adapter)
-            try:
+            with serving(adapter):
                 return await super().generate(*args, **kwargs)
-            finally:
-                _REQUEST_ADAPTER.reset(token)
 
     return AdapterVllmHttpServer
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 from omegaconf import DictConfig, open_dict
-from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.single_controller.ray import ResourcePoolManager
 from verl.trainer.ppo.utils import Role
 from verl.utils.model import convert_weight_keys
@@ -84,6 +84,11 @@ def activate(peft_model: Any, name: str, names: Sequence[str]) -> None:
     peft_model.set_adapter(name)
     for param in adapter_parameters(peft_model, names):
         param.requires_grad_(True)
+
+
+def local(param: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a parameter (FSDP2 holds DTensors), detached."""
+    return (param.to_local() if hasattr(param, "to_local") else param).detach()
 
 
 def adapter_state(peft_model: Any, name: str) -> dict[str, torch.Tensor]:
@@ -157,9 +162,19 @@ class AdapterActorRolloutRefWorker(PolicyActorRolloutRefWorker):
             raise ValueError(f"adapter {name!r}: this worker holds {list(self.adapter_names)}")
         activate(self._peft_model(), name, self.adapter_names)
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def active_adapter(self) -> str:
-        return self._peft_model().active_adapter
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"), blocking=False)
+    def update_actor(self, data):
+        """verl's update under the active adapter; raises if it changed any other adapter (their copies are kept
+        during the update: one adapter's parameters per other role)."""
+        peft_model = self._peft_model()
+        active = peft_model.active_adapter
+        others = [name for name in self.adapter_names if name != active]
+        before = [local(p).clone() for p in adapter_parameters(peft_model, others)]
+        output = super().update_actor(data)
+        after = [local(p) for p in adapter_parameters(peft_model, others)]
+        if any(not torch.equal(a, b) for a, b in zip(before, after, strict=True)):
+            raise RuntimeError(f"the update under adapter {active!r} changed the weights of adapter(s) {others}")
+        return output
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
     async def update_weights(self, global_steps: int = None, mode: str = "auto"):
