@@ -11,8 +11,12 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 STACK_FILE = "tests/verl_mas/verl_engine/test_cpu_stack.py"
-# The longest launch first: it goes to the first worker, the next one to the second.
-STACK_ORDER = ("test_per_role_is_killed_then_resumes_from_its_checkpoints", "test_shared_trains_two_steps_for_real")
+# The longest launch first: it goes to the first worker, the next one to the second, the third to the first free.
+STACK_ORDER = (
+    "test_per_role_is_killed_then_resumes_from_its_checkpoints",
+    "test_lora_per_role_is_killed_then_resumes_from_its_checkpoint",
+    "test_shared_trains_two_steps_for_real",
+)
 
 
 def stack_first(items: list[pytest.Item]) -> None:

