@@ -5,12 +5,15 @@ composes (hydra's struct check included) and passes main's start checks, `verl-m
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from doc_commands import DocCommand, doc_session, extract, failures
+from doc_commands import DocCommand, check_pip, doc_session, extract, failures
+
+from verl_mas import doctor
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted(
@@ -66,7 +69,7 @@ def test_the_docs_show_each_kind_of_command():
     """The extractor finds commands of each kind where the docs have them, joined over continuation lines."""
     found = {path: extract(path, REPO) for path in DOCS}
     kinds = {command.kind for commands in found.values() for command in commands}
-    assert kinds == {"main", "cli", "script", "overrides"}
+    assert kinds == {"main", "cli", "script", "pip", "overrides"}
     code = {command.line: command for command in found[REPO / "recipes" / "code" / "README.md"]}
     apps_run = code[50]
     assert apps_run.kind == "main"
@@ -88,6 +91,9 @@ HOSTILE_DOC = """# A doc with broken commands
     verl-mas data --env sudoku --out ~/data/x --train 5 size=7
     bash recipes/sudoku/run_qwen3_1.7b.sh per_agent
     python -m verl_mas.main mas.env=sudoku +mas.timeline=/tmp/t.jsonl --cfg job
+    pip install "verl-mas[gpu]"
+    pip install -e ".[gpus]"
+    pip install -e ".[gpu]" "dist/verl_mas-0.0.9-py3-none-any.whl[gpu]"
 
 Prose with an override that does not compose: `mas.rollout.kk=4`, and one that does: `mas.rollout.k=4`.
 A usage line is not a command: `bash recipes/launch.sh <env> 1.7b|8b LEVEL`.
@@ -106,11 +112,20 @@ def test_a_doc_with_broken_commands_fails_naming_the_file_line_and_key(tmp_path)
         (f"{doc}:6:", "unknown config key 'no_such_key'"),
         (f"{doc}:7:", "size"),
         (f"{doc}:8:", "unknown level 'per_agent'"),
-        (f"{doc}:11:", "Could not override 'mas.rollout.kk'"),
+        (f"{doc}:10:", "verl-mas is not on the package index"),
+        (f"{doc}:11:", "verl-mas has no extra ['gpus']"),
+        (f"{doc}:12:", "the wheel of verl-mas 0.1.0 is named verl_mas-0.1.0-"),
+        (f"{doc}:14:", "Could not override 'mas.rollout.kk'"),
     ]
     assert len(failed) == len(expected), "\n".join(failed)
     for line, (where, named) in zip(failed, expected, strict=True):
         assert line.startswith(where) and named in line, line
+
+
+@pytest.mark.parametrize("target", sorted(doctor.INSTALL))
+def test_doctors_install_hints_install_from_the_checkout(target):
+    for command in doctor.INSTALL[target].split(" && "):
+        check_pip(shlex.split(command))
 
 
 def test_a_command_is_reported_once_per_line_with_what_failed(tmp_path):

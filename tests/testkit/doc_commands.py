@@ -57,7 +57,7 @@ class DocCommand:
 
     path: Path
     line: int
-    kind: str  # main | cli | script | overrides
+    kind: str  # main | cli | script | pip | overrides
     words: tuple[str, ...]
     text: str
 
@@ -74,6 +74,8 @@ def kind_of(words: list[str]) -> str | None:
         return "main"
     if words[0] == "verl-mas":
         return "cli"
+    if words[0] in ("pip", "pip3") or tuple(words[1:3]) == ("-m", "pip"):
+        return "pip"
     if words[0] == "bash" and len(words) > 1 and words[1].startswith("recipes/") and words[1].endswith(".sh"):
         return "script"
     if all(OVERRIDE.match(word) for word in words) and any(CONFIG_OVERRIDE.match(word) for word in words):
@@ -180,6 +182,8 @@ class DocSession:
                 self.check_cli(words[1:])
             elif command.kind == "script":
                 self.check_script(words[1:])
+            elif command.kind == "pip":
+                check_pip(words)
             else:
                 self.check_overrides(words, command.path)
         except CommandFailed:
@@ -364,6 +368,34 @@ def top_level_keys() -> list[str]:
     """The top-level keys of the config `python -m verl_mas.main` composes by default (verl's and `mas:`)."""
     search_path = create_automatic_config_search_path(verl_mas.main.__file__, None, MAIN_CONFIG_PATH)
     return [key for key in compose(search_path, MAIN_CONFIG_NAME, []) if key != "hydra"]
+
+
+DISTRIBUTION = "verl-mas"
+INDEX_REQUIREMENT = re.compile(r"^verl[-_]mas(\[[^\]]*\])?([<>=!~;@ ].*)?$", re.IGNORECASE)
+LOCAL_REQUIREMENT = re.compile(r"^(?P<path>[^\[]*?)(\[(?P<extras>[^\]]*)\])?$")
+
+
+def check_pip(words: list[str]) -> None:
+    """A pip command installs verl-mas from where it is: the checkout (`-e ".[gpu]"`) or a wheel built from it, with
+    extras the package declares and the wheel's version the package's; verl-mas is not on the package index."""
+    from importlib import metadata
+
+    declared = metadata.metadata(DISTRIBUTION)
+    extras = set(declared.get_all("Provides-Extra") or [])
+    for word in words:
+        if INDEX_REQUIREMENT.match(word):
+            raise CommandFailed(f"{word}: {DISTRIBUTION} is not on the package index; install from the checkout")
+        local = LOCAL_REQUIREMENT.match(word)
+        path = local.group("path")
+        if not (path == "." or path.endswith(".whl")):
+            continue
+        if path.endswith(".whl") and not Path(path).name.startswith(f"verl_mas-{declared['Version']}-"):
+            raise CommandFailed(
+                f"{path}: the wheel of verl-mas {declared['Version']} is named verl_mas-{declared['Version']}-..."
+            )
+        unknown = {e.strip() for e in (local.group("extras") or "").split(",") if e.strip()} - extras
+        if unknown:
+            raise CommandFailed(f"{word}: verl-mas has no extra {sorted(unknown)}; its extras: {sorted(extras)}")
 
 
 def check_train_keys(command: str, overrides: list[str]) -> None:
