@@ -340,6 +340,11 @@ def check_supported(config: DictConfig, mas: MasConfig) -> None:
         raise MasConfigError("trainer.v1.trainer_mode must be sync: the tree rollout is on-policy")
     if need_critic(config):
         raise MasConfigError("critic: AT-GRPO uses no critic; set algorithm.adv_estimator=at_grpo")
+    if mas.max_logprob_gap is not None and not config.actor_rollout_ref.rollout.get("calculate_log_probs", True):
+        raise MasConfigError(
+            "actor_rollout_ref.rollout.calculate_log_probs=false: the on-policy guard (mas.max_logprob_gap) compares "
+            "the sampler's log-probs with the actor's; keep them, or set mas.max_logprob_gap=null"
+        )
     if mas.lora_per_role:
         model = config.actor_rollout_ref.model
         if not model.get("lora_rank", 0) > 0:

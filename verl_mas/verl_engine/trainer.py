@@ -268,7 +268,8 @@ class AtGrpoTrainer(PPOTrainerSync):
 
     def get_llm_client(self) -> PolicyRoutingClient:
         clients = {p: runtime.llm_server_manager.get_client() for p, runtime in self.policies.items()}
-        adapters = {p: p for p in self.policies} if self.lora_per_role else None  # each policy is its adapter's name
+        # policies sharing one worker group are its adapters (mas.lora_per_role), each named after its policy
+        adapters = {p: p for p in self.policies} if len(self._one_per_group()) < len(self.policies) else None
         return PolicyRoutingClient(clients, self.router, adapters=adapters)
 
     def _rollout_server_managers(self) -> list:

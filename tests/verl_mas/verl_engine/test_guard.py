@@ -126,3 +126,10 @@ def test_lora_per_role_needs_a_lora_base_served_by_vllm(overrides, message):
     assert checked([*per_role, "actor_rollout_ref.model.lora_rank=8"]).lora_per_role
     with pytest.raises(MasConfigError, match=message):
         checked([*per_role, *overrides])
+
+
+def test_the_guard_needs_the_samplers_log_probs():
+    no_log_probs = "actor_rollout_ref.rollout.calculate_log_probs=false"
+    with pytest.raises(MasConfigError, match=r"^actor_rollout_ref\.rollout\.calculate_log_probs=false: the on-policy"):
+        checked([no_log_probs])
+    assert checked([no_log_probs, "mas.max_logprob_gap=null"]).max_logprob_gap is None

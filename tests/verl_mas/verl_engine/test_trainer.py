@@ -170,7 +170,7 @@ def test_trainer_advantage_step_writes_restored_rewards_and_advantages(transfer_
     stored_meta = put_rows(transfer_queue, rows, "advantage_step")
     trainer = AtGrpoTrainer.__new__(AtGrpoTrainer)  # the advantage step only: no workers, no servers
     trainer.config = OmegaConf.create({"algorithm": {**ALGORITHM, "rollout_correction": {"bypass_mode": False}}})
-    trainer.mas = MasConfig.from_mapping({"env": "counter", "router": "per_role"})
+    trainer.mas = MasConfig.from_mapping({"env": "counter", "router": "per_role", "max_logprob_gap": None})
     trainer.group_health_warnings = GroupHealthWarnings()
     trainer.global_steps = 1
     batch = KVBatchMeta(
