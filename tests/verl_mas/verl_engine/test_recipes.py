@@ -378,6 +378,8 @@ def test_cfg_job_prints_the_composed_recipe_without_ray(tmp_path):
         "grouping": "task_role_turn",
         "policies": {},
         "max_infra_failure_share": 0.1,
+        "lora_per_role": False,
+        "max_logprob_gap": 0.1,
     }
     assert OmegaConf.to_container(printed.trainer_hooks) == {}
     assert printed.algorithm.adv_estimator == "at_grpo"
