@@ -13,6 +13,8 @@
 # recipes/<env>/run_qwen3_<size>.sh is this launcher with ENV and SIZE filled in: `bash
 # recipes/sudoku/run_qwen3_8b.sh shared` is `bash recipes/launch.sh sudoku 8b shared`.
 # An unknown ENV, SIZE or LEVEL exits with status 2 before anything runs.
+# Checkpoints: $HOME/checkpoints/verl_mas/<env>_qwen3_<size>_<level> (the recipe yaml's trainer.default_local_dir),
+# two kept per policy; launching the same ENV SIZE LEVEL again resumes from there (recipes/<env>/README.md).
 set -euo pipefail
 
 USAGE="usage: $0 code|math|plan_path|sokoban|sudoku 1.7b|8b single|shared|per_role [extra hydra overrides ...]"
