@@ -372,7 +372,7 @@ def top_level_keys() -> list[str]:
 
 DISTRIBUTION = "verl-mas"
 INDEX_REQUIREMENT = re.compile(r"^verl[-_]mas(\[[^\]]*\])?([<>=!~;@ ].*)?$", re.IGNORECASE)
-LOCAL_REQUIREMENT = re.compile(r"^(?P<path>[^\[]*?)(\[(?P<extras>[^\]]*)\])?$")
+LOCAL_REQUIREMENT = re.compile(r"^(?P<path>\.|\S*\.whl)(\[(?P<extras>[^\]]*)\])?$")  # the checkout, or a wheel
 
 
 def check_pip(words: list[str]) -> None:
@@ -382,13 +382,15 @@ def check_pip(words: list[str]) -> None:
 
     declared = metadata.metadata(DISTRIBUTION)
     extras = set(declared.get_all("Provides-Extra") or [])
+    if "install" not in words:  # pip wheel, pip uninstall, pip show: nothing fetched from the index by name
+        return
     for word in words:
         if INDEX_REQUIREMENT.match(word):
             raise CommandFailed(f"{word}: {DISTRIBUTION} is not on the package index; install from the checkout")
         local = LOCAL_REQUIREMENT.match(word)
-        path = local.group("path")
-        if not (path == "." or path.endswith(".whl")):
+        if local is None:
             continue
+        path = local.group("path")
         if path.endswith(".whl") and not Path(path).name.startswith(f"verl_mas-{declared['Version']}-"):
             raise CommandFailed(
                 f"{path}: the wheel of verl-mas {declared['Version']} is named verl_mas-{declared['Version']}-..."
