@@ -1,5 +1,5 @@
-"""Test kit: the commands the docs show (`python -m verl_mas.main`, `verl-mas`, `bash recipes/...`, and inline
-hydra overrides of verl's config), found by file and line, and each one checked as far as it runs without Ray."""
+"""Test kit: the commands the docs show (`python -m verl_mas.main`, `verl-mas`, `bash recipes/...`, `pip install`,
+and inline hydra overrides), found by file and line, and each one checked as far as it runs without Ray."""
 
 from __future__ import annotations
 
@@ -170,7 +170,7 @@ class DocSession:
     checkout: Path
     home: Path
     stand_ins: Mapping[str, str]
-    written: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    written: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # (env, options) -> its data files
 
     def check(self, command: DocCommand) -> None:
         """Raises CommandFailed when `command` fails."""
@@ -206,7 +206,7 @@ class DocSession:
 
     # -------------------------------------------------------------- python -m verl_mas.main
 
-    def compose_main(self, argv: list[str]) -> tuple[DictConfig, argparse.Namespace]:
+    def compose_main(self, argv: list[str]) -> DictConfig:
         """The config `python -m verl_mas.main ARGV` runs with: hydra's own argument parser and search path (a
         relative --config-path is relative to verl_mas/, as for the module run with -m), its composition, `hydra:`
         removed as hydra does before calling main. See `compose`."""
@@ -223,12 +223,12 @@ class DocSession:
         config = compose(search_path, args.config_name or MAIN_CONFIG_NAME, args.overrides)
         with open_dict(config):
             del config["hydra"]
-        return config, args
+        return config
 
     def check_main(self, argv: list[str]) -> None:
         """Composes, then runs main's checks before Ray (`check_config`); data files a doc leaves out (`...`) or that
         are not there are written here first, for the config's environment and options."""
-        config, _ = self.compose_main(argv)
+        config = self.compose_main(argv)
         files = [OmegaConf.select(config, key) for key in ("data.train_files", "data.val_files")]
         local = [str(f) for f in files if isinstance(f, str) and "://" not in f]
         if len(local) < 2 or any(f == ELLIPSIS or not Path(f).exists() for f in local):
@@ -239,6 +239,7 @@ class DocSession:
         verl_mas.main.check_config(config)
 
     def data_for(self, env: str, options: dict[str, Any]) -> list[str]:
+        """[train file, eval file] of a few rows of `env` with `options`, written once per session."""
         key = json.dumps([env, options], sort_keys=True, default=str)
         if key not in self.written:
             out = self.home / "doc_data" / str(len(self.written))
