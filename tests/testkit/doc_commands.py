@@ -321,15 +321,27 @@ class DocSession:
 
     def check_overrides(self, overrides: list[str], doc: Path) -> None:
         """Inline overrides: verl's config when one of them is (a leading + or ~, which only hydra reads, or a
-        top-level key of verl-mas's config), composed over the recipe of the recipe folder the doc is in, else over
-        verl-mas's config; else `verl-mas train` keys (the local engine's `update.lr=...`)."""
+        top-level key of verl-mas's config), else `verl-mas train` keys (the local engine's `update.lr=...`).
+
+        In a recipe folder they compose over its recipe; elsewhere over verl-mas's config or, failing that, over one
+        of the recipes (prose such as "`single`: `mas.env_options.single_agent=true`" speaks of the recipes).
+        """
         matches = [OVERRIDE.match(override) for override in overrides]
         if not any(match.group(1) or match.group(2) in top_level_keys() for match in matches):
             check_train_keys("train", overrides)
             return
         recipe = self.repo / doc.parent / f"{doc.parent.name}.yaml"
-        argv = ["--config-path", str(recipe.parent), "--config-name", recipe.stem] if recipe.is_file() else []
-        self.compose_main([*argv, *overrides])
+        if recipe.is_file():
+            self.compose_main(["--config-path", str(recipe.parent), "--config-name", recipe.stem, *overrides])
+            return
+        try:
+            self.compose_main(overrides)
+        except Exception:
+            for other in sorted((self.repo / "recipes").glob("*/*.yaml")):
+                with contextlib.suppress(Exception):
+                    self.compose_main(["--config-path", str(other.parent), "--config-name", other.stem, *overrides])
+                    return
+            raise
 
 
 _BASES: dict[str, bytes] = {}  # pickled: a copy by pickle takes a twentieth of deepcopy's time
