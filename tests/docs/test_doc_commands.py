@@ -94,6 +94,7 @@ HOSTILE_DOC = """# A doc with broken commands
     pip install "verl-mas[gpu]"
     pip install -e ".[gpus]"
     pip install -e ".[gpu]" "dist/verl_mas-0.0.9-py3-none-any.whl[gpu]"
+    verl-mas doctor --recipe recipes/sudoku/sudoku.yaml --gpu-memory 80 mas.rollout.kk=2
 
 Prose with an override that does not compose: `mas.rollout.kk=4`, and one that does: `mas.rollout.k=4`.
 A usage line is not a command: `bash recipes/launch.sh <env> 1.7b|8b LEVEL`.
@@ -115,7 +116,8 @@ def test_a_doc_with_broken_commands_fails_naming_the_file_line_and_key(tmp_path)
         (f"{doc}:10:", "verl-mas is not on the package index"),
         (f"{doc}:11:", "verl-mas has no extra ['gpus']"),
         (f"{doc}:12:", "the wheel of verl-mas 0.1.0 is named verl_mas-0.1.0-"),
-        (f"{doc}:14:", "Could not override 'mas.rollout.kk'"),
+        (f"{doc}:13:", "Could not override 'mas.rollout.kk'"),
+        (f"{doc}:15:", "Could not override 'mas.rollout.kk'"),
     ]
     assert len(failed) == len(expected), "\n".join(failed)
     for line, (where, named) in zip(failed, expected, strict=True):

@@ -251,8 +251,8 @@ class DocSession:
 
     def check_cli(self, argv: list[str]) -> None:
         """Parsed by verl-mas's own parser; then `data` and `envs` run (data with at most SHRUNK_COUNTS rows),
-        `train`, `eval`, `demo` and `ablate` build their configs (nothing trains), and `doctor --recipe` checks the
-        recipe as doctor does, without probing the install."""
+        `train`, `eval`, `demo` and `ablate` build their configs (nothing trains), and `doctor` checks what it is
+        given (`check_doctor`)."""
         captured: list[argparse.Namespace] = []
         with contextlib.redirect_stderr(io.StringIO()) as stderr, contextlib.redirect_stdout(io.StringIO()):
             with mock.patch.object(cli, "_dispatch", lambda args: captured.append(args) or 0):
@@ -281,13 +281,27 @@ class DocSession:
             from verl_mas.overrides import parse_overrides
 
             plan_ablation(args.name, parse_overrides(args.overrides))
-        elif args.command == "doctor" and args.recipe is not None:
-            from verl_mas import doctor
+        elif args.command == "doctor":
+            self.check_doctor(args)
 
+    @staticmethod
+    def check_doctor(args: argparse.Namespace) -> None:
+        """`--recipe` checked as doctor does (without probing the install: a sandbox that runs, no GPU); the
+        overrides composed over it (or verl-mas's config) for the target, and planned with `--gpu-memory` (a plan
+        that overflows is doctor's finding, a plan that cannot be made is the command's failure)."""
+        from verl_mas import doctor
+        from verl_mas.verl_engine.memory_plan import DEFAULT_MEAN_SAMPLE_TOKENS, plan_memory
+
+        target = args.target or "gpu"
+        if args.recipe is not None:
             facts = doctor.Facts("", {}, {}, {}, cuda={}, sandbox={"layers": {}, "ran": True})
-            problems, _ = doctor.recipe_problems(facts, args.recipe, args.target or "gpu")
+            problems, _ = doctor.recipe_problems(facts, args.recipe, target)
             if problems:
                 raise CommandFailed("; ".join(problems))
+        if args.overrides or args.gpu_memory is not None:
+            config = doctor.composed(args.recipe, target, tuple(args.overrides))
+            if args.gpu_memory is not None:
+                plan_memory(config, args.gpu_memory, args.mean_sample_tokens or DEFAULT_MEAN_SAMPLE_TOKENS)
 
     # -------------------------------------------------------------- bash recipes/...
 
