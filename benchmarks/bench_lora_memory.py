@@ -47,7 +47,7 @@ CONFIGS = {
         f"ray_kwargs.ray_init.num_gpus={len(POLICIES)}",
     ],
 }
-KINDS = {"actor workers": ("WorkerDict",), "servers": ("VllmHttpServer", "EngineCore", "VLLM::", "Worker_TP")}
+KINDS = {"actor workers": ("WorkerDict",), "servers": ("HttpServer", "EngineCore", "VLLM::")}
 
 
 def process_kind(cmdline: str) -> str | None:
