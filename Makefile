@@ -17,4 +17,4 @@ run: $(STAMP)
 	$(VENV)/bin/verl-mas train
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2  # two workers; tests/testkit/xdist_schedule.py says how they share the suite
+	$(PY) -m pytest -q -n 2 --durations=25  # two workers; the 25 slowest tests listed; tests/testkit/xdist_schedule.py says how they share the suite
