@@ -18,10 +18,10 @@ class Preset:
 
     description: str
     overrides: Mapping[str, Any]
-    # The env whose options the preset's env_options are: under another env they are left out (smoke keeps its small
-    # model and budget, the env its own defaults), or, when the preset exists for that env alone, it is refused.
-    for_env: str | None = None
-    only_for_env: bool = False
+    # The envs whose options the preset's env_options are: under another env they are left out (smoke keeps its small
+    # model and budget, the env its own defaults), or, when the preset exists for those envs alone, it is refused.
+    for_envs: tuple[str, ...] | None = None
+    only_for_envs: bool = False
 
 
 SMOKE_OVERRIDES = {
@@ -51,7 +51,7 @@ PRESETS: dict[str, Preset] = {
     "smoke": Preset(
         "a run of seconds to check a setup: hidden 32, 2 steps of 2 tasks (Plan-Path: 4x4 boards)",
         SMOKE_OVERRIDES,
-        for_env="plan_path",
+        for_envs=("plan_path",),
     ),
     "single_agent": Preset(
         "L0: one role does the whole task (env_options.single_agent=true), one model",
@@ -60,8 +60,8 @@ PRESETS: dict[str, Preset] = {
     "code_tool": Preset(
         "the tool agent writes a program the sandbox runs (tool_mode=code), with the warm start and lr it needs",
         CODE_TOOL_OVERRIDES,
-        for_env="plan_path",
-        only_for_env=True,
+        for_envs=("plan_path", "sokoban", "sudoku"),  # the puzzles, whose tool agent can write a program
+        only_for_envs=True,
     ),
     "per_role": Preset("L3: one whole model per role", {"router": "per_role", "output_dir": "runs/per_role"}),
     "lora_per_role": Preset(
@@ -153,10 +153,11 @@ def preset_overrides(name: str, env: str) -> Mapping[str, Any]:
         ValueError: the preset exists for another env alone.
     """
     found = preset(name)
-    if found.for_env is None or found.for_env == env:
+    if found.for_envs is None or env in found.for_envs:
         return found.overrides
-    if found.only_for_env:
-        raise ValueError(f"preset={name} is for env={found.for_env} alone ({found.description}), not env={env}")
+    if found.only_for_envs:
+        envs = ", ".join(found.for_envs)
+        raise ValueError(f"preset={name} is for env {envs} alone ({found.description}), not env={env}")
     return {key: value for key, value in found.overrides.items() if key != "env_options"}
 
 

@@ -63,8 +63,10 @@ def test_smoke_on_another_env_keeps_its_budget_and_leaves_plan_path_boards_out(e
 
 
 def test_a_preset_for_one_env_alone_is_refused_on_another():
-    with pytest.raises(ValueError, match=r"^preset=code_tool is for env=plan_path alone .*, not env=sudoku$"):
-        resolve_train_config(parse_overrides(["env=sudoku", "preset=code_tool"]))
+    with pytest.raises(
+        ValueError, match=r"^preset=code_tool is for env plan_path, sokoban, sudoku alone .*, not env=math$"
+    ):
+        resolve_train_config(parse_overrides(["env=math", "preset=code_tool"]))
     assert resolve_train_config(parse_overrides(["preset=code_tool"])).env_options["tool_mode"] == "code"
 
 
