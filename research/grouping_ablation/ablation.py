@@ -1,6 +1,7 @@
 """The grouping ablation's runs (design in README.md): per seed, one warm start per tool-cost level (checked equal
 across levels), then the arms of `verl-mas ablate grouping` at each level; each finished arm is added to
-data/runs.jsonl at once, so that a run stopped part way keeps what it finished and resumes where it stopped."""
+data/runs.jsonl at once, so that a run stopped part way keeps what it finished and resumes where it stopped (an arm
+with a record is not trained again, even where its run folder is gone)."""
 
 from __future__ import annotations
 
@@ -90,6 +91,11 @@ def arm_record(plan: AblationPlan, tool_cost: float, seed: int, arm: str, wall_s
     return RunCurves(ENV, arm, seed, readings["greedy"], readings["sampled"], labels)
 
 
+def recorded(path: Path) -> set[tuple[float, str, int]]:
+    """The (tool cost, arm, seed) runs runs.jsonl already holds: finished, even where their run folders are gone."""
+    return {(r.labels["tool_cost"], r.method, r.seed) for r in read_runs(path)} if path.exists() else set()
+
+
 def add_record(path: Path, record: RunCurves) -> None:
     """Add or replace the (tool cost, arm, seed) run in runs.jsonl."""
     key = (record.labels["tool_cost"], record.method, record.seed)
@@ -110,14 +116,17 @@ def main(argv: list[str] | None = None) -> None:
     register_env(ENV)(PlanPathToolCost)
     plans = [level_plan(cost, tuple(args.seeds), args.out.resolve()) for cost in LEVELS]
     args.data.mkdir(parents=True, exist_ok=True)
+    done = recorded(args.data / RUNS_FILE)
     for seed in args.seeds:
+        if all((cost, arm, seed) in done for cost in LEVELS for arm in plans[0].ablation.arms):
+            continue  # a later session need not rebuild the warm starts of a finished seed
         for plan in plans:
             prepare_warm_start(plan, seed, lambda m, s=seed: print(f"[seed {s} warm start] {m}", flush=True))
         check_same_warm_start(plans, seed)
         for cost, plan in zip(LEVELS, plans, strict=True):
             for arm in plan.ablation.arms:
                 config = plan.arm_config(seed, arm)
-                if is_finished(config):
+                if (cost, arm, seed) in done or is_finished(config):
                     continue  # its record was added when it finished
                 start = time.monotonic()
                 train(config, log=lambda m, a=arm, s=seed, c=cost: print(f"[cost {c:g} seed {s} {a}] {m}", flush=True))

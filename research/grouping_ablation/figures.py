@@ -51,6 +51,16 @@ def level_table(runs: list[RunCurves], cost: float) -> str:
                 for m in MODES
             ]
         )
+    unshared = [
+        str(seed)
+        for seed, arms in seeds.items()
+        if len({(r.at("greedy", 0), r.at("sampled", 0)) for r in arms.values()}) > 1
+    ]
+    shared_note = (
+        f" Seeds whose arms did not start alike: {', '.join(unshared)}."
+        if unshared
+        else " Every seed's arms started alike."
+    )
     valid = difference_summary([gain(arms[BASELINE], "sampled") for arms in seeds.values()])["ci95"][0] > 0
     status = "complete" if n >= DESIGN_SEEDS else f"interim: {n} of {DESIGN_SEEDS} seeds; not a result"
     verdict = "met" if valid else "not met (this level is void)"
@@ -58,6 +68,7 @@ def level_table(runs: list[RunCurves], cost: float) -> str:
         markdown_table(lines)
         + f"\n\nPaired over seeds {', '.join(map(str, seeds))} ({status}). "
         + f"Validity check (sampled gain above 0): {verdict}."
+        + shared_note
     )
 
 
