@@ -26,11 +26,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from verl_mas.dataset import write_dataset
-from verl_mas.local.config import LocalTrainConfig
-from verl_mas.local.export import export_policies
-from verl_mas.overrides import apply_overrides
-from verl_mas.verl_engine.cpu_run import run_on_cpu
+from verl_mas.verl_engine.cpu_run import prepare_tiny_stack, run_on_cpu
 
 WORK = Path(__file__).resolve().parents[1] / "runs" / "lora_memory"  # model, data, logs (not kept)
 OPTIONS = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True}
@@ -103,18 +99,7 @@ class MemorySampler:
 def prepare(root: Path) -> None:
     if (root / "model" / "model.safetensors").exists():
         return
-    config = apply_overrides(
-        LocalTrainConfig(),
-        {
-            "env_options": OPTIONS,
-            "model": {"heads": 2},
-            "warm_start": {"tasks": 16, "epochs": 1},
-            "output_dir": str(root / "local"),
-            "progress": False,
-        },
-    )
-    export_policies(config, root / "model", log=lambda _: None)
-    write_dataset("plan_path", root / "data", n_train=8, n_eval=4, seed=0, options=OPTIONS)
+    prepare_tiny_stack(root, OPTIONS, warm_tasks=16, warm_epochs=1, n_train=8, n_eval=4)
 
 
 def launch(root: Path, name: str, overrides: list[str], steps: int, timeout_s: float) -> dict:

@@ -1,5 +1,6 @@
 """Launches `python -m verl_mas.main +platform=cpu` as a child session and reads back what it logged: the dry run
-of a config on one machine, as the end-to-end tests and the verl-engine benchmark use it."""
+of a config on one machine, as the end-to-end tests and the verl-engine benchmark use it; and the tiny model and data
+such a launch starts from."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_mas.dataset import write_dataset
+from verl_mas.local.config import LocalTrainConfig
+from verl_mas.local.export import export_policies
+from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.diagnostics import UpdateRecorder
 from verl_mas.verl_engine.hooks import hook_overrides
 
@@ -38,6 +43,26 @@ class CpuRun:
 
     def audit(self) -> list[dict]:
         return _jsonl(self.folder / AUDIT_FILE)
+
+
+def prepare_tiny_stack(
+    root: Path, env_options: dict, warm_tasks: int, warm_epochs: int, n_train: int, n_eval: int
+) -> None:
+    """What a CPU launch on Plan-Path starts from: the local engine's tiny model, warm-started on `warm_tasks` boards
+    for `warm_epochs` epochs and exported in HF format to root/model (2 heads: vLLM's CPU attention needs a head size
+    of 32), and verl data files of `n_train` and `n_eval` rows in root/data."""
+    config = apply_overrides(
+        LocalTrainConfig(),
+        {
+            "env_options": env_options,
+            "model": {"heads": 2},
+            "warm_start": {"tasks": warm_tasks, "epochs": warm_epochs},
+            "output_dir": str(root / "local"),
+            "progress": False,
+        },
+    )
+    export_policies(config, root / "model", log=lambda _: None)
+    write_dataset("plan_path", root / "data", n_train=n_train, n_eval=n_eval, seed=0, options=env_options)
 
 
 def _jsonl(path: Path) -> list[dict]:

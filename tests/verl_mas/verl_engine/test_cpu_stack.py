@@ -27,13 +27,9 @@ from safetensors.torch import load_file
 from update_replay import load_captured_update
 
 from verl_mas.advantage import GROUPING_KEYS, compute_at_grpo_advantage
-from verl_mas.dataset import write_dataset
-from verl_mas.local.config import LocalTrainConfig
-from verl_mas.local.export import export_policies
 from verl_mas.local.model import load_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
-from verl_mas.overrides import apply_overrides
-from verl_mas.verl_engine.cpu_run import AUDIT_HOOK, CpuRun, run_on_cpu
+from verl_mas.verl_engine.cpu_run import AUDIT_HOOK, CpuRun, prepare_tiny_stack, run_on_cpu
 from verl_mas.verl_engine.diagnostics import PhaseCheck, checkpoint_difference
 from verl_mas.verl_engine.guard import OffPolicyRollout, check_on_policy
 from verl_mas.verl_engine.hooks import EVENTS, hook_overrides
@@ -66,18 +62,7 @@ EVENTS_FILE = "events.jsonl"
 def stack(tmp_path_factory):
     """A warm-started tiny model in HF format (head size 32, as vLLM's CPU attention needs) and verl data files."""
     root = tmp_path_factory.mktemp("cpu_stack")
-    config = apply_overrides(
-        LocalTrainConfig(),
-        {
-            "env_options": ENV_OPTIONS,
-            "model": {"heads": 2},
-            "warm_start": {"tasks": 128, "epochs": 3},
-            "output_dir": str(root / "local"),
-            "progress": False,
-        },
-    )
-    export_policies(config, root / "model", log=lambda _: None)
-    write_dataset("plan_path", root / "data", n_train=32, n_eval=16, seed=0, options=ENV_OPTIONS)
+    prepare_tiny_stack(root, ENV_OPTIONS, warm_tasks=128, warm_epochs=3, n_train=32, n_eval=16)
     return root
 
 
