@@ -26,7 +26,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from verl_mas.verl_engine.cpu_run import prepare_tiny_stack, run_on_cpu
+from verl_mas.verl_engine.cpu_run import prepare_tiny_stack, run_on_cpu, tiny_stack_overrides
 
 WORK = Path(__file__).resolve().parents[1] / "runs" / "lora_memory"  # model, data, logs (not kept)
 OPTIONS = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True}
@@ -108,19 +108,7 @@ def launch(root: Path, name: str, overrides: list[str], steps: int, timeout_s: f
     run = run_on_cpu(
         folder,
         [
-            f"actor_rollout_ref.model.path={root / 'model'}",
-            f"data.train_files={root / 'data' / 'train.parquet'}",
-            f"data.val_files={root / 'data' / 'eval.parquet'}",
-            *(f"+mas.env_options.{key}={str(value).lower()}" for key, value in OPTIONS.items()),
-            "mas.rollout.k=4",
-            "mas.rollout.max_turns=3",
-            "data.train_batch_size=4",
-            "data.max_prompt_length=1000",
-            "data.max_response_length=24",
-            "actor_rollout_ref.rollout.max_model_len=1024",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
-            f"trainer.total_training_steps={steps}",
+            *tiny_stack_overrides(root, OPTIONS, k=4, steps=steps),
             "trainer.val_before_train=false",
             "trainer.test_freq=-1",
             "trainer.save_freq=-1",

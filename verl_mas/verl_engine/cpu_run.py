@@ -65,6 +65,27 @@ def prepare_tiny_stack(
     write_dataset("plan_path", root / "data", n_train=n_train, n_eval=n_eval, seed=0, options=env_options)
 
 
+def tiny_stack_overrides(root: Path, env_options: dict, k: int, steps: int) -> list[str]:
+    """The overrides a launch on `prepare_tiny_stack(root, env_options, ...)`'s model and data starts from: its files,
+    the board options, `k` samples per turn over at most 3 turns of 4 tasks, 24-token answers, `steps` training steps
+    (the caller adds validation, checkpoints and its own keys after these)."""
+    return [
+        f"actor_rollout_ref.model.path={root / 'model'}",
+        f"data.train_files={root / 'data' / 'train.parquet'}",
+        f"data.val_files={root / 'data' / 'eval.parquet'}",
+        *(f"+mas.env_options.{key}={str(value).lower()}" for key, value in env_options.items()),
+        f"mas.rollout.k={k}",
+        "mas.rollout.max_turns=3",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=1000",
+        "data.max_response_length=24",
+        "actor_rollout_ref.rollout.max_model_len=1024",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
+        f"trainer.total_training_steps={steps}",
+    ]
+
+
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 

@@ -29,7 +29,7 @@ from update_replay import load_captured_update
 from verl_mas.advantage import GROUPING_KEYS, compute_at_grpo_advantage
 from verl_mas.local.model import load_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
-from verl_mas.verl_engine.cpu_run import AUDIT_HOOK, CpuRun, prepare_tiny_stack, run_on_cpu
+from verl_mas.verl_engine.cpu_run import AUDIT_HOOK, CpuRun, prepare_tiny_stack, run_on_cpu, tiny_stack_overrides
 from verl_mas.verl_engine.diagnostics import PhaseCheck, checkpoint_difference
 from verl_mas.verl_engine.guard import OffPolicyRollout, check_on_policy
 from verl_mas.verl_engine.hooks import EVENTS, hook_overrides
@@ -69,24 +69,11 @@ def stack(tmp_path_factory):
 def launch(root: Path, name: str, overrides: list[str], kill_when=None) -> CpuRun:
     """One `python -m verl_mas.main +platform=cpu` launch on the fixture's model and data; with `kill_when`, it is
     SIGKILLed (driver and Ray together) as soon as `kill_when()` is true, a crash mid-run."""
-    options = [f"+mas.env_options.{key}={str(value).lower()}" for key, value in ENV_OPTIONS.items()]
     run = run_on_cpu(
         root / name,
         [
-            f"actor_rollout_ref.model.path={root / 'model'}",
-            f"data.train_files={root / 'data' / 'train.parquet'}",
-            f"data.val_files={root / 'data' / 'eval.parquet'}",
-            *options,
-            f"mas.rollout.k={K}",
-            "mas.rollout.max_turns=3",
-            "data.train_batch_size=4",
-            "data.max_prompt_length=1000",
-            "data.max_response_length=24",
-            "actor_rollout_ref.rollout.max_model_len=1024",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
+            *tiny_stack_overrides(root, ENV_OPTIONS, k=K, steps=2),
             f"actor_rollout_ref.actor.optim.lr={LR}",
-            "trainer.total_training_steps=2",
             "trainer.val_before_train=true",
             "trainer.test_freq=2",
             "trainer.save_freq=1",
