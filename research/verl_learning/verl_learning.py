@@ -10,11 +10,18 @@ boards, greedy and sampled at the training temperature with the same random numb
 and engine/engine differences are paired per board.
 
     python -m research.verl_learning --router shared --steps 150 --eval-every 25
+    python -m research.verl_learning --router lora_per_role --steps 100   # L2: one base, one LoRA adapter per role
     python -m research.verl_learning --plot     # the chart and table of every router's saved JSON
 
 It writes the whole result to runs/verl_learning/ROUTER.json and the page's data, every board's result at every
 checkpoint, every run's curve and the median step times, to OUT/ROUTER.json (`--out`, default
 runs/verl_learning/data): copied into research/verl_learning/data/, `python -m research.figures` recomputes the page.
+
+`--router lora_per_role` is L2: the local engine's `lora_per_role` preset (router per_role, one frozen base with one
+LoRA adapter per role) beside verl's `mas.lora_per_role` with the same rank, alpha, target modules and learning rate.
+verl's one checkpoint tree holds the base, verl's own never-active adapter `default` and one adapter per role under
+peft's names; without `default` it is the local engine's LoRA model, so both engines' checkpoints are loaded into the
+evaluator's peft model the same way.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ from research.verl_cpu.verl_cpu import comparison_keys, verl_overrides, write_bo
 from verl_mas.env import make_env
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
+from verl_mas.local.policies import LORA_BASE_MODEL
+from verl_mas.local.presets import PRESETS
 from verl_mas.local.train import LocalRun, make_tasks, train
 from verl_mas.overrides import apply_overrides
 from verl_mas.verl_engine.cpu_run import CpuRun, run_on_cpu
@@ -53,6 +62,9 @@ ABOUT = (
     "median step time and its phases (s)."
 )
 ENGINES = ("local", "verl")
+ROUTERS = ("shared", "per_role", "lora_per_role")
+LORA_ROUTER = "lora_per_role"  # L2: the local engine's preset of that name, verl's mas.lora_per_role
+VERL_ADAPTER = "default"  # verl's own adapter in a mas.lora_per_role checkpoint: frozen, never active
 LOCAL_TIMES = {
     "generation": "time/generation_s",
     "old_log_prob": None,  # recomputed inside the local update
@@ -136,6 +148,8 @@ class LoadSampler:
 
 def local_config(args: argparse.Namespace, out: Path) -> LocalTrainConfig:
     keys = {"router": args.router, "checkpoint_every": args.eval_every, "output_dir": str(out)}
+    if args.router == LORA_ROUTER:  # the preset's router (per_role) and LoRA settings; its output folder is ours
+        keys |= {k: v for k, v in PRESETS[LORA_ROUTER].overrides.items() if k != "output_dir"}
     return apply_overrides(LocalTrainConfig(), comparison_keys(args) | keys)
 
 
@@ -163,7 +177,14 @@ def verl_command(config: LocalTrainConfig, args: argparse.Namespace, model: Path
     # float32 here, as the local engine and the sampler, so that the actor's log-probs are the sampler's
     precision = "++actor_rollout_ref.actor.fsdp_config.mixed_precision"  # ++: whether or not the profile sets it
     extra |= {f"{precision}.{kind}_dtype": "fp32" for kind in ("param", "reduce", "buffer")}
-    if config.router == "per_role":
+    if config.lora.rank:  # L2: every role an adapter of the one base, in one worker group on one device
+        extra |= {
+            "mas.lora_per_role": "true",
+            "actor_rollout_ref.model.lora_rank": config.lora.rank,
+            "actor_rollout_ref.model.lora_alpha": int(config.lora.alpha),  # verl's field is an int
+            "actor_rollout_ref.model.target_modules": f"[{','.join(config.lora.target_modules)}]",
+        }
+    elif config.router == "per_role":
         extra |= {"trainer.n_gpus_per_node": 2, "ray_kwargs.ray_init.num_gpus": 2}
     return with_keys(base, extra)
 
@@ -175,6 +196,28 @@ def local_checkpoints(folder: Path) -> dict[int, dict[str, dict]]:
         meta = json.loads((step_dir / "meta.json").read_text())
         found[meta["step"]] = {p: torch.load(step_dir / f"model_{p}.pt", map_location="cpu") for p in meta["models"]}
     return found
+
+
+def lora_owner(name: str) -> str | None:
+    """The adapter a peft weight name belongs to (`...lora_A.<adapter>.weight`), None for a base weight."""
+    parts = name.split(".")
+    return next((parts[i + 1] for i, part in enumerate(parts[:-1]) if part in ("lora_A", "lora_B")), None)
+
+
+def role_adapters_state(state: dict[str, torch.Tensor], adapters: list[str]) -> dict[str, torch.Tensor]:
+    """A verl `mas.lora_per_role` checkpoint's weights as the local engine's LoRA model holds them: the base and each
+    role's adapter under the same peft names, verl's own adapter (`default`, never active) left out. Raises when an
+    adapter of `adapters` is missing or the checkpoint holds one the local model does not."""
+    found = {lora_owner(name) for name in state} - {None, VERL_ADAPTER}
+    if found != set(adapters):
+        raise ValueError(f"the checkpoint holds adapters {sorted(found)}, the local model {sorted(adapters)}")
+    return {name: tensor for name, tensor in state.items() if lora_owner(name) != VERL_ADAPTER}
+
+
+def base_change(state: dict[str, torch.Tensor], start: dict[str, torch.Tensor]) -> float:
+    """The largest |weight - start| over the base weights (every weight no adapter owns) both hold."""
+    names = [name for name in state if lora_owner(name) is None and name in start]
+    return max(float((state[name] - start[name]).abs().max()) for name in names)
 
 
 def verl_checkpoints(folder: Path, policies: list[str]) -> dict[int, dict[str, dict]]:
@@ -301,6 +344,12 @@ def verl_summary(run: CpuRun) -> dict:
     probs_gap = [
         value for row in steps for key, value in row.items() if key.endswith("training/rollout_probs_diff_max")
     ]
+    guard_gap: dict[str, float] = {}  # the on-policy guard's measure per role (mas/<role>/logprob_gap), its largest
+    for row in steps:
+        for key, value in row.items():
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "mas" and parts[2] == "logprob_gap":
+                guard_gap[parts[1]] = max(guard_gap.get(parts[1], value), value)
     return {
         "wall_s": run.wall_s,
         "stopped_early": run.returncode is None,
@@ -309,6 +358,7 @@ def verl_summary(run: CpuRun) -> dict:
         "own_greedy_validation": validation,
         "rows_per_update": rows_per_update,
         "rollout_probs_diff_max": [min(probs_gap), max(probs_gap)] if probs_gap else None,
+        "logprob_gap_max": guard_gap,
     }
 
 
@@ -338,7 +388,8 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
     config = local_config(args, work / "local")
     model = root / "model"
     if not model.exists():
-        export_policies(apply_overrides(local_config(args, root / "warm_start"), {"router": "shared"}), model)
+        whole = {"router": "shared", "lora": {"rank": 0}}  # every router's one warm start: a whole shared model
+        export_policies(apply_overrides(local_config(args, root / "warm_start"), whole), model)
     write_boards(config, work / "data")
     overrides = verl_command(config, args, model, work / "data", work / "verl")
     runs = {
@@ -361,6 +412,13 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
         "verl": verl_checkpoints(work / "verl" / "checkpoints", policies),
     }
     start = {p: {k: v.clone() for k, v in m.state_dict().items()} for p, m in evaluate.run.models.items()}
+    if config.lora.rank:  # verl's tree as the local LoRA model holds it; both engines' bases must not have moved
+        adapters = list(evaluate.run.trainers)
+        for found in checkpoints["verl"].values():
+            found[LORA_BASE_MODEL] = role_adapters_state(found[LORA_BASE_MODEL], adapters)
+        for engine, found in checkpoints.items():
+            last = found[max(found)][LORA_BASE_MODEL]
+            engines[engine]["base_change_max"] = base_change(last, start[LORA_BASE_MODEL])
     warm = evaluate(start)
     boards = {engine: {0: warm} for engine in ENGINES}
     for engine, found in checkpoints.items():
@@ -426,6 +484,21 @@ def compact_record(result: dict[str, Any]) -> dict[str, Any]:
         },
         "curves": {name: {mode: curve[mode]["success"] for mode in scale} for name, curve in curves.items()},
         "step_s": {engine: result["engines"][engine]["times"] for engine in ENGINES},
+        **({"validity": validity} if (validity := lora_validity(result)) else {}),
+    }
+
+
+def lora_validity(result: dict[str, Any]) -> dict[str, Any] | None:
+    """An L2 result's checks, None for the other routers: each engine's largest base-weight change from the warm start
+    at its last checkpoint, and verl's largest sampler-vs-actor gaps (the guard's per role, verl's own)."""
+    engines = result["engines"]
+    if "base_change_max" not in engines["local"]:
+        return None
+    verl = engines["verl"]
+    return {
+        "base_change_max": {engine: engines[engine]["base_change_max"] for engine in ENGINES},
+        "logprob_gap_max": verl["logprob_gap_max"],
+        "rollout_probs_diff_max": verl["rollout_probs_diff_max"],
     }
 
 
@@ -513,7 +586,7 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--router", choices=("shared", "per_role"), default="shared")
+    parser.add_argument("--router", choices=ROUTERS, default="shared", help="lora_per_role: L2 (one base, adapters)")
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--tasks-per-step", type=int, default=16)
@@ -544,7 +617,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plot", action="store_true", help="only report and chart the saved results")
     args = parser.parse_args(argv)
     if args.plot:
-        paths = [path for path in (WORK / "shared.json", WORK / "per_role.json") if path.exists()]
+        paths = [path for path in (WORK / f"{router}.json" for router in ROUTERS) if path.exists()]
         for path in paths:
             print_report(path)
         plot(paths)
