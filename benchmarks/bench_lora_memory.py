@@ -75,6 +75,9 @@ def configs(roles: tuple[str, ...]) -> dict[str, list[str]]:
             *(f"+mas.policies.{role}.lora_rank={RANK}" for role in roles),
             f"trainer.n_gpus_per_node={len(roles)}",
             f"ray_kwargs.ray_init.num_gpus={len(roles)}",
+            # Ray's logical CPUs (the machine's 2 by default): each policy's resource pool holds one, so three pools
+            # wait forever for the third; logical only, no process gets more threads
+            f"ray_kwargs.ray_init.num_cpus={2 * len(roles)}",
         ],
     }
 
