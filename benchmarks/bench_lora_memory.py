@@ -14,7 +14,7 @@ peak of each sum is the figure. On the CPU stack the model is tiny, so the figur
 themselves (a Python interpreter with torch per process); they count processes and copies, not a GPU's weights.
 
     python benchmarks/bench_lora_memory.py memory [--roles 2 --roles 3]   # -> results/lora_memory.json
-    python benchmarks/bench_lora_memory.py timing [--pairs 4]             # -> results/lora_step_time.json
+    python benchmarks/bench_lora_memory.py timing [--pairs 3]             # -> results/lora_step_time.json
 
 Design, fixed before the first run (2026-11-28):
 - memory: arms L2 and L3 at 2 roles, then at 3 roles, one launch each, 3 training steps of 4 tasks x K = 4.
@@ -22,8 +22,8 @@ Design, fixed before the first run (2026-11-28):
   kinds (one process set against one per role; three adapters add nothing visible on a tiny model): 0.5 at two
   roles, 0.33-0.4 at three. Validity: every launch finishes its steps, and the processes at the peak are
   1 worker and 3 server processes per policy (L2: 1 and 3; L3: roles and 3 x roles).
-- timing: two roles, separate launches alternating L2, shared, L2, shared, ... for `--pairs` pairs (4), 5 training
-  steps each. Endpoint: per launch the median of verl's `timing_s/step` after the first step (which also starts the
+- timing: two roles, separate launches alternating L2, shared, L2, shared, ... for `--pairs` pairs (3; 4 at first,
+  lowered before any timing launch because other runs loaded the machine to 10-30), 5 training steps each. Endpoint: per launch the median of verl's `timing_s/step` after the first step (which also starts the
   agent loop and the servers' first requests); per arm the median over its launches, and L2 / shared of those
   medians, with the range of the launches' medians and of the per-pair ratios. Prediction: within the noise of 1
   (both arms generate and train the same rows on one worker group and one server; L2 adds an adapter switch per
@@ -254,7 +254,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("memory", "timing"))
     parser.add_argument("--roles", type=int, action="append", choices=sorted(ROLES), help="memory: roles (repeatable)")
-    parser.add_argument("--pairs", type=int, default=4, help="timing: alternating L2 / shared pairs of launches")
+    parser.add_argument("--pairs", type=int, default=3, help="timing: alternating L2 / shared pairs of launches")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per launch")
     args = parser.parse_args()
     launches: list[dict] = []
