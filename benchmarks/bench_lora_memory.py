@@ -23,11 +23,12 @@ Design, fixed before the first run (2026-11-28):
   roles, 0.33-0.4 at three. Validity: every launch finishes its steps, and the processes at the peak are
   1 worker and 3 server processes per policy (L2: 1 and 3; L3: roles and 3 x roles).
 - timing: two roles, separate launches alternating L2, shared, L2, shared, ... for `--pairs` pairs (3; 4 at first,
-  lowered before any timing launch because other runs loaded the machine to 10-30), 5 training steps each. Endpoint: per launch the median of verl's `timing_s/step` after the first step (which also starts the
-  agent loop and the servers' first requests); per arm the median over its launches, and L2 / shared of those
-  medians, with the range of the launches' medians and of the per-pair ratios. Prediction: within the noise of 1
-  (both arms generate and train the same rows on one worker group and one server; L2 adds an adapter switch per
-  policy call). The machine has 2 cores shared with other jobs: a ratio whose per-pair range spans 1 is noise.
+  lowered before any timing launch because other runs loaded the machine to 10-30), 5 training steps each.
+  Endpoint: per launch the median of verl's `timing_s/step` after the first step (which also starts the agent loop
+  and the servers' first requests); per arm the median over its launches, and L2 / shared of those medians, with
+  the range of the launches' medians and of the per-pair ratios. Prediction: within the noise of 1 (both arms
+  generate and train the same rows on one worker group and one server; L2 adds an adapter switch per policy
+  call). The machine has 2 cores shared with other jobs: a ratio whose per-pair range spans 1 is noise.
 """
 
 from __future__ import annotations
