@@ -16,6 +16,12 @@ themselves (a Python interpreter with torch per process); they count processes a
     python benchmarks/bench_lora_memory.py memory [--roles 2 --roles 3]   # -> results/lora_memory.json
     python benchmarks/bench_lora_memory.py timing [--pairs 3]             # -> results/lora_step_time.json
 
+When other verl-mas launches share the machine, run it with a /tmp of its own (as root):
+`unshare -m sh -c 'mount -t tmpfs none /tmp && python benchmarks/bench_lora_memory.py ...'`. verl's weight-sync
+socket is /tmp/rl-colocate-zmq-<Ray job id>-mas_<policy>-replica-<r>-rank-<l>.sock, and every fresh Ray cluster's
+first job id is 01000000: two launches with a policy of the same name at once meet on one path, and the weight sync
+hangs (seen on 2026-11-28 beside another `lora_per_role` run: both bound ...-mas_adapters-...).
+
 Design, fixed before the first run (2026-11-28):
 - memory: arms L2 and L3 at 2 roles, then at 3 roles, one launch each, 3 training steps of 4 tasks x K = 4.
   Endpoint: peak PSS per kind and the ratio L2 / L3 (peak USS beside it). Prediction: about 1 / roles for both
