@@ -3,8 +3,8 @@ configured with (indexes, wheel folders, constraints), and with pip itself where
 
     .venv/bin/python bootstrap/venv_install.py "torch==2.13.0" -e ".[test,cpu]"
 
-uv resolves, unpacks and compiles the same packages as pip in about half the time (the install is a good part of a clean clone's
-first `make test` otherwise). Standard library only: it runs before anything is installed.
+uv resolves, unpacks and compiles the same packages as pip in about half the time (the install is a good part of
+a clean clone's first `make test` otherwise). Standard library only: it runs before anything is installed.
 """
 
 from __future__ import annotations
