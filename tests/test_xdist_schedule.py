@@ -14,7 +14,7 @@ def test_the_launches_lead_the_collection_longest_first_and_the_rest_keep_their_
         "tests/a.py::test_one",
         f"{STACK_FILE}::test_shared_trains_two_steps_for_real",
         "tests/b.py::test_two",
-        f"{STACK_FILE}::test_per_role_is_killed_then_resumes_from_its_checkpoints",
+        f"{STACK_FILE}::test_lora_per_role_is_killed_then_resumes_from_its_checkpoint",
         "tests/a.py::test_three",
     ]
     items = [SimpleNamespace(nodeid=name) for name in names]
@@ -24,7 +24,7 @@ def test_the_launches_lead_the_collection_longest_first_and_the_rest_keep_their_
 
 def test_each_launch_is_a_unit_and_other_files_are_one_unit_each() -> None:
     split = StackFirstScheduling._split_scope
-    per_role = f"{STACK_FILE}::test_per_role_is_killed_then_resumes_from_its_checkpoints"
+    per_role = f"{STACK_FILE}::test_lora_per_role_is_killed_then_resumes_from_its_checkpoint"
     shared = f"{STACK_FILE}::test_shared_trains_two_steps_for_real"
     assert split(None, per_role) != split(None, shared)
     assert split(None, "tests/a.py::test_x[1]") == split(None, "tests/a.py::test_y") == "tests/a.py"

@@ -13,8 +13,8 @@ from xdist.scheduler import LoadScopeScheduling
 STACK_FILE = "tests/verl_mas/verl_engine/test_cpu_stack.py"
 # The longest launch first: it goes to the first worker, the next one to the second, the third to the first free.
 STACK_ORDER = (
-    "test_per_role_is_killed_then_resumes_from_its_checkpoints",
     "test_lora_per_role_is_killed_then_resumes_from_its_checkpoint",
+    "test_per_role_trains_two_policies_at_the_same_time_for_two_steps",
     "test_shared_trains_two_steps_for_real",
 )
 

