@@ -82,9 +82,9 @@ def configs(roles: tuple[str, ...]) -> dict[str, list[str]]:
             *(f"+mas.policies.{role}.lora_rank={RANK}" for role in roles),
             f"trainer.n_gpus_per_node={len(roles)}",
             f"ray_kwargs.ray_init.num_gpus={len(roles)}",
-            # Ray's logical CPUs (the machine's 2 by default): each policy's resource pool holds one, so three pools
-            # wait forever for the third; logical only, no process gets more threads
-            f"ray_kwargs.ray_init.num_cpus={2 * len(roles)}",
+            # Ray's logical CPUs (the machine's 2 by default): each policy's placement group reserves 3 (verl's
+            # max_colocate_count), and 3 pools waited forever; logical only, no process gets more threads
+            f"ray_kwargs.ray_init.num_cpus={3 * len(roles) + 8}",
         ],
     }
 
@@ -252,6 +252,14 @@ def timing_figures(launches: list[dict]) -> dict:
     return figures
 
 
+def kept_launches(rerun: set[tuple[int, str]]) -> list[dict]:
+    """The memory record's launches of the (roles, arm) pairs not run again: the record holds the latest of each."""
+    path = Path(__file__).parent / "results" / "lora_memory.json"
+    if not path.exists():
+        return []
+    return [run for run in json.loads(path.read_text())["launches"] if (run["roles"], run["arm"]) not in rerun]
+
+
 def record(name: str, figures: dict, complete: bool) -> None:
     command = "python benchmarks/bench_lora_memory.py " + " ".join(sys.argv[1:])
     write_record(name, {"date": time.strftime("%Y-%m-%d"), "command": command, "complete": complete, **figures})
@@ -261,12 +269,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("memory", "timing"))
     parser.add_argument("--roles", type=int, action="append", choices=sorted(ROLES), help="memory: roles (repeatable)")
+    parser.add_argument("--arm", action="append", choices=(L2, L3), help="memory: only these arms (repeatable)")
     parser.add_argument("--pairs", type=int, default=3, help="timing: alternating L2 / shared pairs of launches")
     parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per launch")
     args = parser.parse_args()
     launches: list[dict] = []
     if args.what == "memory":
-        plan = [(roles, arm, f"memory_{roles}roles_{arm}") for roles in args.roles or sorted(ROLES) for arm in (L2, L3)]
+        arms = args.arm or (L2, L3)
+        plan = [(roles, arm, f"memory_{roles}roles_{arm}") for roles in args.roles or sorted(ROLES) for arm in arms]
+        launches = kept_launches({(roles, arm) for roles, arm, _ in plan})
         summarise, name, steps = memory_figures, "lora_memory", MEMORY_STEPS
     else:
         plan = [(2, arm, f"timing_{i}_{arm}") for i in range(args.pairs) for arm in (L2, SHARED)]
