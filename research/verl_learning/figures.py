@@ -1,5 +1,6 @@
-"""verl's stack against the local engine on CPU (research/verl_learning/README.md), from data/shared.json and
-data/per_role.json: every change is paired per board over the same 256 held-out boards."""
+"""verl's stack against the local engine on CPU (research/verl_learning/README.md), from data/shared.json,
+data/per_role.json and data/lora_per_role.json (L2): every change is paired per board over the same 256 held-out
+boards."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 from research.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
-ROUTERS = ("shared", "per_role")
+ROUTERS = ("shared", "per_role", "lora_per_role")
+GAINED = ("shared", "per_role")  # the routers whose verl run gained: where its gain came from is a question
 
 
 def read(router: str) -> dict:
@@ -23,22 +25,34 @@ def per_board(record: dict, engine: str, step: int, mode: str) -> list[float]:
     return [int(c) / scale for c in cells]
 
 
+def last_common_step(record: dict) -> int:
+    """The last step both engines have a reading at: the budget, or where a stopped verl run left off."""
+    steps = [{int(step) for step in record["board_results"][engine]} for engine in ("local", "verl")]
+    return max(steps[0] & steps[1])
+
+
+def verl_minus_local(record: dict, step: int, mode: str) -> dict:
+    """Per board, verl's reading minus the local engine's at `step`."""
+    verl, local = per_board(record, "verl", step, mode), per_board(record, "local", step, mode)
+    return difference_summary([v - lo for v, lo in zip(verl, local, strict=True)])
+
+
 def change(record: dict, engine: str, step: int, mode: str) -> dict:
     """Per board, the reading at `step` minus step 0 (the shared warm start)."""
     after, before = per_board(record, engine, step, mode), per_board(record, engine, 0, mode)
-    return difference_summary([a - b for a, b in zip(after, before)])
+    return difference_summary([a - b for a, b in zip(after, before, strict=True)])
 
 
 def changes_table() -> str:
     lines = [["router", "engine", "steps", "sampled change (SE) [95%]", "greedy change (SE) [95%]"]]
     for router in ROUTERS:
         record = read(router)
-        ends = [100, 200] if router == "shared" else [100]
+        ends = [100, 200] if router == "shared" else [last_common_step(record)]
         for engine in ("local", "verl"):
             for step in ends:
                 cells = [summary_text(change(record, engine, step, mode)) for mode in ("sampled", "greedy")]
                 lines.append([f"`{router}`", engine, str(step), *cells])
-    return markdown_table(lines) + "\n\nOne run per engine and router; n = 256 boards per change."
+    return markdown_table(lines) + "\n\nOne run per engine and router (`lora_per_role`: L2); n = 256 boards per change."
 
 
 def spread_table() -> str:
@@ -46,29 +60,53 @@ def spread_table() -> str:
     lines = [["router", "step", "mode", "verl", "local runs (min - max)", "verl - main local run (SE) [95%]"]]
     for router in ROUTERS:
         record = read(router)
-        last = record["steps"][-1]
+        last = last_common_step(record)
+        at = record["steps"].index(last)
         locals_ = [curve for name, curve in record["curves"].items() if name.startswith("local")]
         for mode in ("sampled", "greedy"):
-            values = [curve[mode][-1] for curve in locals_]
-            verl_minus_local = difference_summary(
-                [v - l for v, l in zip(per_board(record, "verl", last, mode), per_board(record, "local", last, mode))]
+            values = [curve[mode][at] for curve in locals_]
+            runs = (
+                f"{len(values)} runs: {number(min(values))} - {number(max(values))}"
+                if len(values) > 1
+                else f"1 run: {number(values[0])}"
             )
-            lines.append([f"`{router}`", str(last), mode, number(record["curves"]["verl"][mode][-1]),
-                          f"{len(values)} runs: {number(min(values))} - {number(max(values))}", summary_text(verl_minus_local)])
+            lines.append(
+                [
+                    f"`{router}`",
+                    str(last),
+                    mode,
+                    number(record["curves"]["verl"][mode][at]),
+                    runs,
+                    summary_text(verl_minus_local(record, last, mode)),
+                ]
+            )
     return markdown_table(lines)
 
 
 def solved_share_table() -> str:
     """How much of verl's sampled gain comes from boards the warm start already solved greedily."""
     lines = [["router", "steps", "sampled gain", "of it on boards solved greedily before RL", "share"]]
-    for router in ROUTERS:
+    for router in GAINED:
         record = read(router)
-        last = record["steps"][-1]
+        last = last_common_step(record)
         before_greedy = per_board(record, "verl", 0, "greedy")
-        gains = [a - b for a, b in zip(per_board(record, "verl", last, "sampled"), per_board(record, "verl", 0, "sampled"))]
+        gains = [
+            a - b
+            for a, b in zip(
+                per_board(record, "verl", last, "sampled"), per_board(record, "verl", 0, "sampled"), strict=True
+            )
+        ]
         total = sum(gains) / len(gains)
-        on_solved = sum(g for g, solved in zip(gains, before_greedy) if solved) / len(gains)
-        lines.append([f"`{router}`", str(last), number(total, signed=True), number(on_solved, signed=True), f"{on_solved / total:.2f}"])
+        on_solved = sum(g for g, solved in zip(gains, before_greedy, strict=True) if solved) / len(gains)
+        lines.append(
+            [
+                f"`{router}`",
+                str(last),
+                number(total, signed=True),
+                number(on_solved, signed=True),
+                f"{on_solved / total:.2f}",
+            ]
+        )
     return markdown_table(lines)
 
 
@@ -77,7 +115,29 @@ def curve_table(router: str) -> str:
     lines = [["step", *map(str, record["steps"])]]
     for name, curve in record["curves"].items():
         for mode in ("sampled", "greedy"):
-            lines.append([f"{name}, {mode}", *map(number, curve[mode])])
+            missing = ["-"] * (len(record["steps"]) - len(curve[mode]))  # a run stopped early: its last steps
+            lines.append([f"{name}, {mode}", *map(number, curve[mode]), *missing])
+    return markdown_table(lines)
+
+
+def l2_validity_table() -> str:
+    """L2's checks: the base frozen in both engines, verl's sampler-vs-actor gaps per adapter under the guard's
+    bound."""
+    validity = read("lora_per_role")["validity"]
+    lines = [["check", "local", "verl"]]
+    changes = validity["base_change_max"]
+    lines.append(
+        [
+            "largest base-weight change from the warm start, last checkpoint",
+            *(f"{changes[e]:g}" for e in ("local", "verl")),
+        ]
+    )
+    gaps = ", ".join(f"{role} {gap:.1e}" for role, gap in sorted(validity["logprob_gap_max"].items()))
+    lines.append(["guard's sampler-vs-actor gap per adapter, largest over steps (bound 0.1)", "-", gaps])
+    low, high = validity["rollout_probs_diff_max"]
+    lines.append(
+        ["verl's `rollout_probs_diff_max` over steps and adapters (min - max)", "-", f"{low:.1e} - {high:.1e}"]
+    )
     return markdown_table(lines)
 
 
@@ -85,7 +145,10 @@ def time_table() -> str:
     lines = [["router", "engine", "generation", "old log-prob", "update", "step"]]
     for router in ROUTERS:
         for engine, times in read(router)["step_s"].items():
-            cells = ["(in update)" if times[k] is None else f"{times[k]:.2f}" for k in ("generation", "old_log_prob", "update", "step")]
+            cells = [
+                "(in update)" if times[k] is None else f"{times[k]:.2f}"
+                for k in ("generation", "old_log_prob", "update", "step")
+            ]
             lines.append([f"`{router}`", engine, *cells])
     return markdown_table(lines)
 
@@ -98,6 +161,21 @@ def tables() -> dict[str, str]:
         "solved_share": solved_share_table(),
         "curve_shared": curve_table("shared"),
         "curve_per_role": curve_table("per_role"),
+        "curve_lora_per_role": curve_table("lora_per_role"),
+        "l2_validity": l2_validity_table(),
         "times": time_table(),
-        "headline": f"verl, shared model, sampled change after 200 steps (one run): {summary_text(shared)}, n = 256 boards",
+        "headline": "verl, shared model, sampled change after 200 steps (one run): "
+        f"{summary_text(shared)}, n = 256 boards",
+        "l2_headline": l2_headline(),
     }
+
+
+def l2_headline() -> str:
+    """L2 at its budget: verl minus local, sampled and greedy, and each engine's sampled change (one run each)."""
+    record = read("lora_per_role")
+    last = last_common_step(record)
+    gaps = ", ".join(f"{mode} {summary_text(verl_minus_local(record, last, mode))}" for mode in ("sampled", "greedy"))
+    gains = ", ".join(
+        f"{engine} {summary_text(change(record, engine, last, 'sampled'))}" for engine in ("verl", "local")
+    )
+    return f"L2, verl minus local after {last} steps: {gaps}; sampled change {gains}; n = 256 boards, one run each"

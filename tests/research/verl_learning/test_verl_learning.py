@@ -1,4 +1,5 @@
-"""research.verl_learning.verl_learning: its paired statistics, verl's mini-batch size, overrides and saved step."""
+"""research.verl_learning.verl_learning: its paired statistics, verl's mini-batch size, overrides, saved step and the
+conversion of verl's L2 checkpoints into the local LoRA model."""
 
 import argparse
 from pathlib import Path
@@ -6,10 +7,13 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
+from peft import LoraConfig, get_peft_model
 
 from research.verl_cpu import verl_cpu
 from research.verl_learning import verl_learning
 from verl_mas.local.config import LocalTrainConfig
+from verl_mas.local.model import build_tiny_model
 from verl_mas.overrides import apply_overrides
 
 
@@ -113,10 +117,18 @@ def test_the_compact_record_is_what_the_pages_figures_read(monkeypatch, tmp_path
     curve = {mode: {"steps": [0, 25], "success": [0.5, 0.75], "change": []} for mode in ("greedy", "sampled")}
     times = {"generation": 1.0, "old_log_prob": None, "advantage": 0.5, "update": 2.0, "step": 3.5}
     raw = {
-        "date": "2026-11-26", "command": "python -m research.verl_learning", "router": "shared", "seed": 0,
-        "boards": 4, "sampled_episodes_per_board": 2, "local_torch_threads": 1, "verl_minus_local": {},
+        "date": "2026-11-26",
+        "command": "python -m research.verl_learning",
+        "router": "shared",
+        "seed": 0,
+        "boards": 4,
+        "sampled_episodes_per_board": 2,
+        "local_torch_threads": 1,
+        "verl_minus_local": {},
         "engines": {engine: {"curve": curve, "times": times, "wall_s": 9.0} for engine in verl_learning.ENGINES},
-        "local_sampler_runs": {"1": curve}, "training_spread": {}, "boards_per_step": boards,
+        "local_sampler_runs": {"1": curve},
+        "training_spread": {},
+        "boards_per_step": boards,
     }
     record = verl_learning.compact_record(raw)
     assert record["board_results"]["verl"]["25"] == {"greedy": "1110", "sampled": "2210"}
@@ -127,3 +139,81 @@ def test_the_compact_record_is_what_the_pages_figures_read(monkeypatch, tmp_path
     # the figures read it back: per board 2/2, 2/2, 1/2, 0/2 after against 2/2, 1/2, 0/2, 1/2 before
     assert figures.per_board(record, "verl", 25, "sampled") == [1.0, 1.0, 0.5, 0.0]
     assert figures.change(record, "verl", 25, "sampled")["mean"] == pytest.approx((0 + 0.5 + 0.5 - 0.5) / 4)
+
+
+def lora_model(adapters: list[str]):
+    """The tiny model (same weights every call) as a peft LoRA model holding `adapters`, on q/k/v/o as the preset."""
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], lora_dropout=0.0)
+    model = get_peft_model(build_tiny_model(vocab_size=32, hidden=16, layers=1, heads=2, seed=3), lora, adapters[0])
+    for adapter in adapters[1:]:
+        model.add_adapter(adapter, lora)
+    return model.eval()
+
+
+def logits_under(model, adapter: str) -> torch.Tensor:
+    model.set_adapter(adapter)
+    with torch.no_grad():
+        return model(torch.tensor([[1, 5, 7, 2, 9]])).logits
+
+
+def test_a_verl_l2_checkpoint_loads_into_the_local_lora_model_with_each_roles_own_adapter():
+    # verl's tree: the base, verl's own adapter "default" and one adapter per role, every adapter trained (B != 0)
+    verl = lora_model(["default", "tool", "plan"])
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in verl.named_parameters():
+            if "lora_" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator))
+    state = verl.state_dict()
+    local = lora_model(["tool", "plan"])
+    converted = verl_learning.role_adapters_state(state, ["tool", "plan"])
+    assert not any(verl_learning.lora_owner(name) == "default" for name in converted)
+    local.load_state_dict(converted)  # strict: the same names, nothing missing, nothing left over
+    for role in ("tool", "plan"):
+        assert torch.allclose(logits_under(local, role), logits_under(verl, role))
+    assert not torch.allclose(logits_under(local, "tool"), logits_under(local, "plan"))  # the adapters matter
+    # a conversion that gave tool plan's weights would give another model under tool: this test sees it
+    swapped = {
+        name.replace(".tool.", ".@.").replace(".plan.", ".tool.").replace(".@.", ".plan."): t
+        for name, t in converted.items()
+    }
+    local.load_state_dict(swapped)
+    assert not torch.allclose(logits_under(local, "tool"), logits_under(verl, "tool"))
+
+
+def test_a_verl_l2_checkpoint_with_other_adapters_than_the_local_model_is_refused():
+    state = lora_model(["default", "tool", "plan"]).state_dict()
+    with pytest.raises(ValueError, match=r"holds adapters \['plan', 'tool'\], the local model \['tool'\]"):
+        verl_learning.role_adapters_state(state, ["tool"])
+    with pytest.raises(ValueError, match=r"holds adapters \['tool'\], the local model \['plan', 'tool'\]"):
+        verl_learning.role_adapters_state(lora_model(["default", "tool"]).state_dict(), ["tool", "plan"])
+    assert verl_learning.lora_owner("base_model.model.model.layers.0.self_attn.q_proj.lora_B.plan.weight") == "plan"
+    assert verl_learning.lora_owner("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight") is None
+
+
+def test_the_base_change_reads_base_weights_only():
+    start = lora_model(["tool"]).state_dict()
+    later = {name: tensor.clone() for name, tensor in start.items()}
+    adapter = next(name for name in later if verl_learning.lora_owner(name) == "tool")
+    later[adapter] += 5.0  # an adapter moving is not the base moving
+    assert verl_learning.base_change(later, start) == 0.0
+    base = next(name for name in later if name.endswith("q_proj.base_layer.weight"))
+    later[base][0, 0] -= 0.25
+    assert verl_learning.base_change(later, start) == pytest.approx(0.25)
+
+
+def test_l2_runs_the_local_preset_and_gives_verl_its_lora_settings_on_one_group():
+    args = argparse.Namespace(steps=4, tasks_per_step=2, k=2, eval_tasks=3, seed=0, router="lora_per_role")
+    args.eval_every = 2
+    config = verl_learning.local_config(args, Path("l2"))
+    assert (config.router, config.lora.rank, config.lora.alpha, config.output_dir) == ("per_role", 8, 16.0, "l2")
+    overrides = verl_learning.verl_command(config, args, Path("m"), Path("d"), Path("o"))
+    assert {
+        "mas.router=per_role",
+        "mas.lora_per_role=true",
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
+        "actor_rollout_ref.model.target_modules=[q_proj,k_proj,v_proj,o_proj]",
+        f"actor_rollout_ref.actor.optim.lr={config.update.lr}",
+    } <= set(overrides)
+    assert not any(o.startswith("trainer.n_gpus_per_node=") for o in overrides)  # one worker group, not one per role
