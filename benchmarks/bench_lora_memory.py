@@ -260,9 +260,12 @@ def kept_launches(rerun: set[tuple[int, str]]) -> list[dict]:
     return [run for run in json.loads(path.read_text())["launches"] if (run["roles"], run["arm"]) not in rerun]
 
 
+def command() -> str:
+    return "python benchmarks/bench_lora_memory.py " + " ".join(sys.argv[1:])
+
+
 def record(name: str, figures: dict, complete: bool) -> None:
-    command = "python benchmarks/bench_lora_memory.py " + " ".join(sys.argv[1:])
-    write_record(name, {"date": time.strftime("%Y-%m-%d"), "command": command, "complete": complete, **figures})
+    write_record(name, {"date": time.strftime("%Y-%m-%d"), "command": command(), "complete": complete, **figures})
 
 
 def main() -> None:
@@ -283,7 +286,7 @@ def main() -> None:
         plan = [(2, arm, f"timing_{i}_{arm}") for i in range(args.pairs) for arm in (L2, SHARED)]
         summarise, name, steps = timing_figures, "lora_step_time", TIMING_STEPS
     for number, (roles, arm, folder) in enumerate(plan, 1):
-        launches.append(launch(roles, arm, folder, steps, args.timeout))
+        launches.append(launch(roles, arm, folder, steps, args.timeout) | {"command": command()})
         print(json.dumps(launches[-1]), flush=True)
         record(name, summarise(launches), complete=number == len(plan))  # kept after every launch
     print(json.dumps({key: value for key, value in summarise(launches).items() if key != "launches"}, indent=1))
