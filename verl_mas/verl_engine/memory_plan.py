@@ -28,6 +28,9 @@ them, FSDP shards over all N; vLLM runs one replica per `tensor_model_parallel_s
 - KV cache needed per replica: layers x 2 x kv_heads_per_rank x head_dim x 2 bytes per token, for the sequences in
   flight at the length caps: a (task, role, turn) sends K candidates that share the prompt's blocks (prefix
   caching), so a group needs prompt + K x response tokens; a replica holds at most `max_num_seqs` sequences.
+
+Beside the plan, `lora_layout` compares the two ways of training one LoRA adapter per role: one base model with every
+role's adapter (`mas.lora_per_role`) against one LoRA policy, base included, per role.
 """
 
 from __future__ import annotations
@@ -493,3 +496,31 @@ def plan_memory(
     plans = tuple(plan_policy(s, device_bytes) for s in policy_settings(config, mean_sample_tokens))
     warnings = tuple(w for plan in plans for w in plan_warnings(plan, device_bytes))
     return MemoryPlan(device_bytes, plans, warnings)
+
+
+def lora_params(shape: ModelShape, rank: int) -> int:
+    """One LoRA adapter of `rank` on every linear layer of the decoder (peft's `all-linear`: q, k, v, o, gate, up and
+    down in each layer, not lm_head): rank x (inputs + outputs) per linear layer."""
+    h, q, kv, i = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.intermediate
+    per_layer = (h + q) + 2 * (h + kv) + (q + h) + 2 * (h + i) + (i + h)  # q, k and v, o, gate and up, down
+    return shape.layers * rank * per_layer
+
+
+@dataclass(frozen=True)
+class LoraLayout:
+    """The weights and training state of `roles` LoRA adapters in bytes, summed over every GPU that holds them."""
+
+    workers: int  # the actor workers: the base at the model width, each adapter's parameters, gradients, AdamW
+    servers: int  # the vLLM servers: the base in bf16, one bf16 slot per adapter the server can hold
+
+
+def lora_layout(shape: ModelShape, rank: int, roles: int, one_base: bool, model_bytes: int = FP32) -> LoraLayout:
+    """`one_base` (`mas.lora_per_role`): one worker group holds the base once and `roles` adapters, one server holds
+    the base once and `roles` + 1 adapter slots (verl's own synced adapter beside the roles'). Otherwise (one LoRA
+    policy per role) `roles` worker groups and servers, each with a copy of the base and one adapter. Activations,
+    logits and the KV cache are left out: they follow the tokens, not the layout."""
+    base, adapter = shape.params, lora_params(shape, rank)
+    trained = adapter * (2 * model_bytes + ADAM_BYTES)  # parameters, gradients, AdamW's two moments
+    if one_base:
+        return LoraLayout(base * model_bytes + roles * trained, (base + (roles + 1) * adapter) * BF16)
+    return LoraLayout(roles * (base * model_bytes + trained), roles * (base + adapter) * BF16)
