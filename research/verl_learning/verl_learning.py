@@ -61,6 +61,12 @@ ABOUT = (
     "success per step for the two engines' main runs and the local runs that differ only in sampler seed. step_s: "
     "median step time and its phases (s)."
 )
+PILOT_ABOUT = (
+    "The local engine alone, one run per arm (the same seed, boards and warm start), on the same {boards} held-out "
+    "boards at every checkpoint: board_results, per arm and step, one character per board, greedy solved (0/1) and "
+    "sampled episodes solved of {samples} (0/1/2). step_s: median step time and its phases (s). base_change_max: the "
+    "largest base-weight change from the warm start at the last checkpoint."
+)
 ENGINES = ("local", "verl")
 ROUTERS = ("shared", "per_role", "lora_per_role")
 LORA_ROUTER = "lora_per_role"  # L2: the local engine's preset of that name, verl's mas.lora_per_role
@@ -146,11 +152,25 @@ class LoadSampler:
         return {"min": min(values), "median": statistics.median(values), "max": max(values), "readings": len(values)}
 
 
-def local_config(args: argparse.Namespace, out: Path) -> LocalTrainConfig:
+def local_config(
+    args: argparse.Namespace, out: Path, lr: float | None = None, rank: int | None = None
+) -> LocalTrainConfig:
+    """The local run's config; under L2 the preset's LoRA settings, with `lr` and `rank` in their place where given."""
     keys = {"router": args.router, "checkpoint_every": args.eval_every, "output_dir": str(out)}
     if args.router == LORA_ROUTER:  # the preset's router (per_role) and LoRA settings; its output folder is ours
         keys |= {k: v for k, v in PRESETS[LORA_ROUTER].overrides.items() if k != "output_dir"}
+        keys |= {"update": {"lr": lr}} if lr is not None else {}
+        keys |= {"lora": {"rank": rank}} if rank is not None else {}
     return apply_overrides(LocalTrainConfig(), comparison_keys(args) | keys)
+
+
+def lora_variant(config: LocalTrainConfig) -> str:
+    """The suffix of an L2 run's work folder and record: "" at the preset's lr and rank (the first L2 runs' names),
+    else its lr and rank (`_lr0.001_r16`), so that runs at other settings never reuse or overwrite those."""
+    preset = apply_overrides(LocalTrainConfig(), PRESETS[LORA_ROUTER].overrides)
+    if not config.lora.rank or (config.update.lr, config.lora.rank) == (preset.update.lr, preset.lora.rank):
+        return ""
+    return f"_lr{config.update.lr:g}" + (f"_r{config.lora.rank}" if config.lora.rank != preset.lora.rank else "")
 
 
 def samples_per_policy(config: LocalTrainConfig) -> int:
@@ -381,15 +401,23 @@ def record_name(router: str, seed: int) -> str:
     return f"{router}.json" if seed == 0 else f"{router}_seed{seed}.json"
 
 
+def warm_start(args: argparse.Namespace, root: Path) -> Path:
+    """The seed's warm start, every router's and every L2 regime's one: a whole shared model, exported once."""
+    model = root / "model"
+    if not model.exists():
+        whole = {"router": "shared", "lora": {"rank": 0}}
+        export_policies(apply_overrides(local_config(args, root / "warm_start"), whole), model)
+    return model
+
+
 def train_and_evaluate(args: argparse.Namespace) -> Path | None:
     torch.set_num_threads(args.threads)
     root = seed_work(args.seed)
-    work = root / args.router
-    config = local_config(args, work / "local")
-    model = root / "model"
-    if not model.exists():
-        whole = {"router": "shared", "lora": {"rank": 0}}  # every router's one warm start: a whole shared model
-        export_policies(apply_overrides(local_config(args, root / "warm_start"), whole), model)
+    config = local_config(args, Path(), args.lora_lr[0] if args.lora_lr else None, args.lora_rank)
+    name = args.router + lora_variant(config)
+    work = root / name
+    config = apply_overrides(config, {"output_dir": str(work / "local")})
+    model = warm_start(args, root)
     write_boards(config, work / "data")
     overrides = verl_command(config, args, model, work / "data", work / "verl")
     runs = {
@@ -434,8 +462,10 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
         + " ".join(
             f"--{k.replace('_', '-')} {v}"
             for k, v in vars(args).items()
-            if k not in ("plot", "reuse", "engines", "verl_stopped", "local_sampler_seeds")
+            if k not in ("plot", "reuse", "engines", "verl_stopped", "local_sampler_seeds", "local_only", "lora_lr")
+            and v is not None
         )
+        + (f" --lora-lr {args.lora_lr[0]:g}" if args.lora_lr else "")
         + (f" --local-sampler-seeds {' '.join(map(str, spread_runs))}" if spread_runs else ""),
         "router": args.router,
         "seed": args.seed,
@@ -456,7 +486,7 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
         "training_spread": training_spread(boards, spread),
         "boards_per_step": boards,
     }
-    path = root / record_name(args.router, args.seed)
+    path = root / record_name(name, args.seed)
     path.write_text(json.dumps(finite_or_null(result), indent=1, allow_nan=False))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / path.name).write_text(json.dumps(finite_or_null(compact_record(result)), indent=1, allow_nan=False))
@@ -468,7 +498,6 @@ def compact_record(result: dict[str, Any]) -> dict[str, Any]:
     one character a board (greedy 0/1, sampled the episodes solved), every run's curve, the median step times."""
     samples = result["sampled_episodes_per_board"]
     scale = {"greedy": 1, "sampled": samples}
-    boards = result["boards_per_step"]
     curves = {engine: result["engines"][engine]["curve"] for engine in ENGINES}
     curves |= {f"local, sampler seed {seed}": curve for seed, curve in result["local_sampler_runs"].items()}
     return {
@@ -476,16 +505,71 @@ def compact_record(result: dict[str, Any]) -> dict[str, Any]:
         **{key: result[key] for key in ("date", "command", "router", "seed", "boards", "sampled_episodes_per_board")},
         "steps": curves["local"]["greedy"]["steps"],
         "board_results": {
-            engine: {
-                step: {mode: "".join(str(round(v * scale[mode])) for v in reading[mode]) for mode in scale}
-                for step, reading in by_step.items()
-            }
-            for engine, by_step in boards.items()
+            engine: board_strings(by_step, samples) for engine, by_step in result["boards_per_step"].items()
         },
         "curves": {name: {mode: curve[mode]["success"] for mode in scale} for name, curve in curves.items()},
         "step_s": {engine: result["engines"][engine]["times"] for engine in ENGINES},
         **({"validity": validity} if (validity := lora_validity(result)) else {}),
     }
+
+
+def board_strings(by_step: dict[int, dict[str, list[float]]], samples: int) -> dict[int, dict[str, str]]:
+    """Each step's readings as one character a board: greedy solved (0/1), sampled the episodes solved (0..samples)."""
+    scale = {"greedy": 1, "sampled": samples}
+    return {
+        step: {mode: "".join(str(round(v * scale[mode])) for v in reading[mode]) for mode in scale}
+        for step, reading in by_step.items()
+    }
+
+
+def local_pilot(args: argparse.Namespace) -> Path:
+    """The local engine alone, one run per `--lora-lr` (the same seed, boards and warm start), every checkpoint read by
+    the evaluator: which L2 regime learns, before verl's time is spent on one. Writes OUT/ROUTER_pilot_seedS.json
+    after every arm, so that an arm cut short loses only itself."""
+    torch.set_num_threads(args.threads)
+    root = seed_work(args.seed)
+    model = warm_start(args, root)
+    record: dict[str, Any] = {
+        "about": PILOT_ABOUT.format(boards=args.eval_tasks, samples=args.eval_samples),
+        "date": datetime.date.today().isoformat(),
+        "command": "python -m research.verl_learning --local-only "
+        f"--router {args.router} --steps {args.steps} --eval-every {args.eval_every} --seed {args.seed}"
+        + (f" --lora-lr {' '.join(f'{lr:g}' for lr in args.lora_lr)}" if args.lora_lr else "")
+        + (f" --lora-rank {args.lora_rank}" if args.lora_rank else ""),
+        **{key: getattr(args, key) for key in ("router", "seed", "steps")},
+        "boards": args.eval_tasks,
+        "sampled_episodes_per_board": args.eval_samples,
+        "arms": {},
+    }
+    evaluate = None
+    for lr in args.lora_lr or [None]:
+        config = local_config(args, Path(), lr, args.lora_rank)
+        work = root / (args.router + lora_variant(config))
+        config = apply_overrides(config, {"output_dir": str(work / "local")})
+        work.mkdir(parents=True, exist_ok=True)
+        run = cached(work / "local.json", lambda c=config: run_local(c, model), args.reuse)
+        if evaluate is None:  # the arms differ in lr only: one evaluator, one reading of the warm start
+            evaluate = Evaluator(apply_overrides(config, {"model": {"path": str(model)}}), args.eval_samples)
+            start = {p: {k: v.clone() for k, v in m.state_dict().items()} for p, m in evaluate.run.models.items()}
+            warm = evaluate(start)
+        found = local_checkpoints(work / "local" / "checkpoints")
+        boards = {0: warm} | {step: evaluate(weights) for step, weights in found.items()}
+        arm = {"lr": config.update.lr, "rank": config.lora.rank, "alpha": config.lora.alpha, "wall_s": run["wall_s"]}
+        arm |= {"step_s": run["times"], "board_results": board_strings(boards, args.eval_samples)}
+        if config.lora.rank:
+            arm["base_change_max"] = base_change(found[max(found)][LORA_BASE_MODEL], start[LORA_BASE_MODEL])
+        record["arms"][f"lr {config.update.lr:g}, rank {config.lora.rank}"] = arm
+        args.out.mkdir(parents=True, exist_ok=True)
+        path = args.out / f"{args.router}_pilot_seed{args.seed}.json"
+        path.write_text(json.dumps(finite_or_null(record), indent=1, allow_nan=False))
+        for mode in ("sampled", "greedy"):
+            c = paired(np.array(boards[max(boards)][mode]), np.array(warm[mode]))
+            print(
+                f"{args.router} lr {config.update.lr:g} rank {config.lora.rank} step {max(boards)} {mode} change "
+                f"{c['mean']:+.3f} ± {or_dash(c['se'], '.3f')} ({or_dash(c['z'], '+.1f')} SE)",
+                flush=True,
+            )
+    return path
 
 
 def lora_validity(result: dict[str, Any]) -> dict[str, Any] | None:
@@ -607,6 +691,18 @@ def main(argv: list[str] | None = None) -> None:
         help="also train the local engine with these sampler seeds (same boards and warm start) and evaluate them: "
         "the spread of training runs",
     )
+    parser.add_argument(
+        "--lora-lr",
+        nargs="+",
+        type=float,
+        help="L2: the adapters' lr instead of the preset's (several only with --local-only: one arm each)",
+    )
+    parser.add_argument("--lora-rank", type=int, help="L2: the adapters' rank instead of the preset's")
+    parser.add_argument(
+        "--local-only",
+        action="store_true",
+        help="a pilot: the local engine alone, one run per --lora-lr, into OUT/ROUTER_pilot_seedS.json",
+    )
     parser.add_argument("--reuse", action="store_true", help="take finished engine runs from the work folder")
     parser.add_argument(
         "--out",
@@ -623,6 +719,13 @@ def main(argv: list[str] | None = None) -> None:
         plot(paths)
         return
     args.engines = tuple(args.engines)
+    if (args.lora_lr or args.lora_rank) and args.router != LORA_ROUTER:
+        parser.error(f"--lora-lr and --lora-rank set L2's adapters: --router {LORA_ROUTER}")
+    if args.lora_lr and len(args.lora_lr) > 1 and not args.local_only:
+        parser.error("several --lora-lr values are a pilot's arms: with --local-only")
+    if args.local_only:
+        local_pilot(args)
+        return
     if args.seed in args.local_sampler_seeds:
         parser.error(f"--local-sampler-seeds {args.seed}: the main local run already samples with --seed {args.seed}")
     path = train_and_evaluate(args)

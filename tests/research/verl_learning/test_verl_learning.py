@@ -2,6 +2,7 @@
 conversion of verl's L2 checkpoints into the local LoRA model."""
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +218,79 @@ def test_l2_runs_the_local_preset_and_gives_verl_its_lora_settings_on_one_group(
         f"actor_rollout_ref.actor.optim.lr={config.update.lr}",
     } <= set(overrides)
     assert not any(o.startswith("trainer.n_gpus_per_node=") for o in overrides)  # one worker group, not one per role
+
+
+def l2_args(**extra) -> argparse.Namespace:
+    return argparse.Namespace(steps=4, tasks_per_step=2, k=2, eval_tasks=3, seed=0, router="lora_per_role", **extra)
+
+
+def test_l2s_lr_and_rank_replace_the_presets_and_reach_verl_and_the_run_names():
+    args = l2_args(eval_every=2)
+    preset = verl_learning.local_config(args, Path("l2"))
+    assert (preset.update.lr, preset.lora.rank) == (3e-4, 8) and verl_learning.lora_variant(preset) == ""
+    faster = verl_learning.local_config(args, Path("l2"), lr=1e-3)
+    assert (faster.update.lr, faster.lora.rank, faster.lora.alpha) == (1e-3, 8, 16.0)
+    assert verl_learning.lora_variant(faster) == "_lr0.001"
+    wider = verl_learning.local_config(args, Path("l2"), lr=3e-3, rank=16)
+    assert verl_learning.lora_variant(wider) == "_lr0.003_r16"
+    # only the rank differs: named, so that it never reuses the preset's work folder
+    assert verl_learning.lora_variant(verl_learning.local_config(args, Path("l2"), rank=16)) == "_lr0.0003_r16"
+    overrides = verl_learning.verl_command(wider, args, Path("m"), Path("d"), Path("o"))
+    assert {"actor_rollout_ref.actor.optim.lr=0.003", "actor_rollout_ref.model.lora_rank=16"} <= set(overrides)
+    # another router: no adapters, no suffix, the lr untouched
+    shared = verl_learning.local_config(argparse.Namespace(**(vars(args) | {"router": "shared"})), Path("s"), lr=1e-3)
+    assert (shared.update.lr, shared.lora.rank, verl_learning.lora_variant(shared)) == (3e-4, 0, "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--router", "shared", "--lora-lr", "1e-3"], "--lora-lr and --lora-rank set L2's adapters"),
+        (["--router", "per_role", "--lora-rank", "16", "--local-only"], "--lora-lr and --lora-rank set L2's adapters"),
+        (["--router", "lora_per_role", "--lora-lr", "1e-3", "3e-3"], "several --lora-lr values are a pilot's arms"),
+    ],
+)
+def test_lora_options_that_cannot_mean_anything_are_refused_before_any_run(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        verl_learning.main(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_the_pilot_trains_and_reads_each_arm_in_its_own_folder(monkeypatch, tmp_path):
+    base = {"base_model.w": torch.zeros(2), "base_model.q_proj.lora_B.tool.weight": torch.zeros(2)}
+    trained = []
+
+    def run_local(config, model):  # an arm's checkpoints: its adapter moved by its lr, the base by 0.5 at lr 3e-3
+        folder = Path(config.output_dir)
+        trained.append((config.update.lr, folder.parent.name))
+        step = {name: t + (config.update.lr if "lora" in name else 0.0) for name, t in base.items()}
+        step["base_model.w"] = step["base_model.w"] + (0.5 if config.update.lr == 3e-3 else 0.0)
+        checkpoints[folder] = {2: {verl_learning.LORA_BASE_MODEL: step}}
+        return {"wall_s": 1.0, "times": {"step": 0.5}}
+
+    class Evaluator:  # board 0 solved once the adapter has moved, board 1 never
+        def __init__(self, config, samples):
+            model = argparse.Namespace(state_dict=lambda: base)
+            self.run = argparse.Namespace(models={verl_learning.LORA_BASE_MODEL: model})
+
+        def __call__(self, weights):
+            moved = float(weights[verl_learning.LORA_BASE_MODEL]["base_model.q_proj.lora_B.tool.weight"][0] > 0)
+            return {"greedy": [moved, 0.0], "sampled": [moved / 2, 0.0]}
+
+    checkpoints: dict[Path, dict] = {}
+    monkeypatch.setattr(verl_learning, "seed_work", lambda seed: tmp_path / f"seed_{seed}")
+    monkeypatch.setattr(verl_learning, "warm_start", lambda args, root: root / "model")
+    monkeypatch.setattr(verl_learning, "run_local", run_local)
+    monkeypatch.setattr(verl_learning, "Evaluator", Evaluator)
+    monkeypatch.setattr(verl_learning, "local_checkpoints", lambda folder: checkpoints[folder.parent])
+    (tmp_path / "seed_3").mkdir()
+    argv = ["--router", "lora_per_role", "--local-only", "--seed", "3", "--steps", "2", "--eval-every", "2"]
+    verl_learning.main([*argv, "--lora-lr", "1e-3", "3e-3", "--out", str(tmp_path / "out")])
+    assert trained == [(1e-3, "lora_per_role_lr0.001"), (3e-3, "lora_per_role_lr0.003")]
+    record = json.loads((tmp_path / "out" / "lora_per_role_pilot_seed3.json").read_text())
+    assert record["seed"] == 3 and record["command"].endswith("--seed 3 --lora-lr 0.001 0.003")
+    assert list(record["arms"]) == ["lr 0.001, rank 8", "lr 0.003, rank 8"]
+    arm = record["arms"]["lr 0.001, rank 8"]
+    assert arm["board_results"] == {"0": {"greedy": "00", "sampled": "00"}, "2": {"greedy": "10", "sampled": "10"}}
+    assert (arm["lr"], arm["rank"], arm["alpha"], arm["base_change_max"]) == (1e-3, 8, 16.0, 0.0)
+    assert record["arms"]["lr 0.003, rank 8"]["base_change_max"] == 0.5  # a moved base is reported, not hidden
