@@ -5,6 +5,7 @@ boards."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from research.stats import difference_summary, markdown_table, number, summary_text
@@ -12,6 +13,8 @@ from research.stats import difference_summary, markdown_table, number, summary_t
 DATA = Path(__file__).resolve().parent / "data"
 ROUTERS = ("shared", "per_role", "lora_per_role")
 GAINED = ("shared", "per_role")  # the routers whose verl run gained: where its gain came from is a question
+PILOT = "lora_per_role_pilot_seed3"  # L2's second design: the local pilot that chooses a regime that learns
+SELECTABLE_LRS = (1e-3, 3e-3)  # the pilot's arms the selection rule chooses among, smaller first (3e-4: reference)
 
 
 def read(router: str) -> dict:
@@ -120,6 +123,73 @@ def curve_table(router: str) -> str:
     return markdown_table(lines)
 
 
+def pilot_as_record() -> dict:
+    """The pilot's arms in the shape of an engine comparison's record (an arm where an engine would be), so that
+    `change` reads them."""
+    pilot = read(PILOT)
+    return {
+        "board_results": {name: arm["board_results"] for name, arm in pilot["arms"].items()},
+        "sampled_episodes_per_board": pilot["sampled_episodes_per_board"],
+        "arms": pilot["arms"],
+        "budget": pilot["steps"],
+        "seed": pilot["seed"],
+    }
+
+
+def z(summary: dict) -> float:
+    """Change / SE; where every board changed alike (SE 0), 0 for no change and infinite in its direction otherwise."""
+    mean, se = summary["mean"], summary["se"]
+    return mean / se if se else math.copysign(math.inf, mean) if mean else 0.0
+
+
+def pilot_choice(record: dict) -> str | None:
+    """The selection rule set before the pilot: the arm of the smaller lr of SELECTABLE_LRS whose sampled change at the
+    budget has z > 2 and whose greedy change has z > -2; None when neither has. Raises when an arm the rule needs was
+    not run (its choice is open)."""
+    by_lr = {arm["lr"]: name for name, arm in record["arms"].items()}
+    for lr in SELECTABLE_LRS:
+        if lr not in by_lr:
+            raise LookupError(f"lr {lr:g} was not run: the rule's choice is open")
+        sampled, greedy = (change(record, by_lr[lr], record["budget"], mode) for mode in ("sampled", "greedy"))
+        if z(sampled) > 2 and z(greedy) > -2:
+            return by_lr[lr]
+    return None
+
+
+def pilot_table() -> str:
+    record = pilot_as_record()
+    lines = [["arm", "sampled change (SE) [95%]", "z", "greedy change (SE) [95%]", "z", "base change"]]
+    for name, arm in record["arms"].items():
+        cells = []
+        for mode in ("sampled", "greedy"):
+            summary = change(record, name, record["budget"], mode)
+            cells += [summary_text(summary), f"{z(summary):+.1f}"]
+        chosen = "" if arm["lr"] in SELECTABLE_LRS else " (reference)"
+        lines.append([f"lr {arm['lr']:g}, rank {arm['rank']}{chosen}", *cells, f"{arm['base_change_max']:g}"])
+    try:
+        choice = pilot_choice(record)
+        verdict = f"chosen by the rule: **{choice}**" if choice else "**no arm meets the rule: no regime tried learns**"
+    except LookupError as open_choice:
+        verdict = f"**{open_choice}**"
+    return (
+        markdown_table(lines)
+        + f"\n\nLocal engine, seed {record['seed']}, change from step 0 at step {record['budget']}, paired per "
+        f"board (n = 256); one run per arm; {verdict}."
+    )
+
+
+def pilot_curve_table() -> str:
+    pilot = read(PILOT)
+    steps = sorted({int(step) for arm in pilot["arms"].values() for step in arm["board_results"]})
+    record = pilot_as_record()
+    lines = [["step", *map(str, steps)]]
+    for name in pilot["arms"]:
+        for mode in ("sampled", "greedy"):
+            readings = [per_board(record, name, step, mode) for step in steps]
+            lines.append([f"{name}, {mode}", *(number(sum(r) / len(r)) for r in readings)])
+    return markdown_table(lines)
+
+
 def l2_validity_table() -> str:
     """L2's checks: the base frozen in both engines, verl's sampler-vs-actor gaps per adapter under the guard's
     bound."""
@@ -163,6 +233,8 @@ def tables() -> dict[str, str]:
         "curve_per_role": curve_table("per_role"),
         "curve_lora_per_role": curve_table("lora_per_role"),
         "l2_validity": l2_validity_table(),
+        "l2_pilot": pilot_table(),
+        "l2_pilot_curve": pilot_curve_table(),
         "times": time_table(),
         "headline": "verl, shared model, sampled change after 200 steps (one run): "
         f"{summary_text(shared)}, n = 256 boards",
