@@ -68,12 +68,14 @@ def server_name_prefix(policy: str, rollout_name: str) -> str:
     return f"mas_{policy}_{rollout_name}_"
 
 
-def policy_job_id(job_id: str, policy: str) -> str:
+def policy_job_id(job_id: str, policy: str, node_id: str) -> str:
     """The job id in a policy's weight-sync socket path. verl names the socket after the job, the replica rank and
     the local rank only, and each policy's replica ranks start at 0: two policies syncing at once bound the same path,
     and a server could meet the other policy's sender (the first concurrent run hung in its first weight sync after an
-    update). One sync after the other never overlapped on it. The policy keeps the paths apart."""
-    return f"{job_id}-mas_{policy}"
+    update). One sync after the other never overlapped on it. The policy keeps the paths apart; the start of the Ray
+    node's id keeps two launches on one machine apart (every fresh Ray cluster's first job is 01000000, and two
+    launches with a policy of the same name hung in their weight sync)."""
+    return f"{job_id}-{node_id[:8]}-mas_{policy}"
 
 
 def _policy_vllm_server_class(policy: str) -> type:
@@ -84,7 +86,8 @@ def _policy_vllm_server_class(policy: str) -> type:
     class PolicyVllmHttpServer(vLLMHttpServer):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            os.environ[VLLM_JOB_ID_ENV] = policy_job_id(os.environ[VLLM_JOB_ID_ENV], policy)
+            node_id = ray.get_runtime_context().get_node_id()
+            os.environ[VLLM_JOB_ID_ENV] = policy_job_id(os.environ[VLLM_JOB_ID_ENV], policy, node_id)
 
     return PolicyVllmHttpServer
 
@@ -147,11 +150,13 @@ class PolicyActorRolloutRefWorker(ActorRolloutRefWorker):
         prefix = server_name_prefix(policy, self.config.rollout.name)
         rollout._get_server_name_prefix = lambda: prefix
         if getattr(rollout, "zmq_handle", None) is not None:  # vLLM's weight-sync socket, as its server names it
-            job_id = ray.get_runtime_context().get_job_id()
+            context = ray.get_runtime_context()
+            job_id = context.get_job_id()
             verl_part = f"-zmq-{job_id}-replica-"
             if verl_part not in rollout.zmq_handle:
                 raise RuntimeError(f"verl's weight-sync socket {rollout.zmq_handle!r} lacks {verl_part!r}")
-            rollout.zmq_handle = rollout.zmq_handle.replace(verl_part, f"-zmq-{policy_job_id(job_id, policy)}-replica-")
+            ours = f"-zmq-{policy_job_id(job_id, policy, context.get_node_id())}-replica-"
+            rollout.zmq_handle = rollout.zmq_handle.replace(verl_part, ours)
 
     @contextlib.contextmanager
     def _timed(self, method: str) -> Iterator[None]:
