@@ -509,3 +509,78 @@ def test_lora_per_role_is_killed_then_resumes_from_its_checkpoint(stack):
         assert measured[other] > 10 * measured[policy] and measured[None] > 10 * measured[policy]
         with pytest.raises(OffPolicyRollout, match=f"role '{policy}' \\(adapter '{policy}'\\)"):
             check_on_policy({(policy, policy): measured[other]}, bound=10 * measured[policy], adapters=True)
+
+
+# verl's own LoRA on a policy (issue 48, item 1): one adapter for both roles (`shared`), one LoRA policy per role
+# (`per_role`, a worker group each): its policies, the roles each serves and the launch's keys
+LORA_POLICY_ARMS = {
+    "shared_lora": (
+        {"shared": {"tool", "plan"}},
+        ["mas.router=shared", f"actor_rollout_ref.model.lora_rank={LORA_RANK}"],
+    ),
+    "per_role_lora": (
+        {"tool": {"tool"}, "plan": {"plan"}},
+        [
+            "mas.router=per_role",
+            *(f"+mas.policies.{p}.lora_rank={LORA_RANK}" for p in POLICIES),
+            "trainer.n_gpus_per_node=2",
+            "ray_kwargs.ray_init.num_gpus=2",
+            "ray_kwargs.ray_init.num_cpus=14",  # each policy's placement group reserves verl's 3 logical CPUs
+        ],
+    ),
+}
+
+
+def optimizer_steps(checkpoint: Path) -> set[int]:
+    """The Adam step counts of every parameter in a verl checkpoint's optimizer state."""
+    state = torch.load(checkpoint / "actor" / "optim_world_size_1_rank_0.pt", weights_only=False)["state"]
+    return {int(moments["step"]) for moments in state.values()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arm", sorted(LORA_POLICY_ARMS))
+def test_a_lora_policy_trains_its_adapter_only_and_resumes_it(stack, arm):
+    # killed after its step-1 checkpoint and resumed for step 2; the whole step in one mini-batch, so that each step
+    # is one optimizer step: Adam's step count then says whether the resume restored the optimizer state
+    roles_of, keys = LORA_POLICY_ARMS[arm]
+    overrides = [
+        *keys,
+        f"actor_rollout_ref.model.lora_alpha={2 * LORA_RANK}",
+        "actor_rollout_ref.model.target_modules=all-linear",
+        f"actor_rollout_ref.actor.optim.lr={LORA_LR}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={4 * K * 3 * 2 + 8}",
+        "trainer.val_before_train=false",
+    ]
+    checkpoints = stack / "checkpoints" / arm
+    trees = {p: checkpoints if len(roles_of) == 1 else checkpoints / p for p in roles_of}
+
+    def step_one_saved() -> bool:
+        markers = [tree / "latest_checkpointed_iteration.txt" for tree in trees.values()]
+        return all(m.exists() and m.read_text().strip() == "1" for m in markers)
+
+    killed = launch(stack, f"{arm}-killed", overrides, kill_when=step_one_saved)
+    assert killed.returncode is None
+    resumed = launch(stack, f"{arm}-resumed", overrides)
+    first, second = [r for r in killed.audit() if r["step"] == 1], resumed.audit()
+    assert sorted((r["step"], r["policy"]) for r in first) == [(1, p) for p in sorted(roles_of)]
+    assert sorted((r["step"], r["policy"]) for r in second) == [(2, p) for p in sorted(roles_of)]  # 1 not redone
+    # every step's rollouts were served by the adapter the actor holds: after the resume too
+    gaps = check_update_batches(first + second, roles_of)
+    print(f"{arm}: largest sampler-vs-actor log-prob gap {gaps}")
+    assert max(gaps.values()) < MAX_LOGPROB_GAP
+    start = {
+        f"base_model.model.{name}".replace("_proj.", "_proj.base_layer."): t
+        for name, t in initial_weights(stack).items()
+    }
+    for policy, tree in trees.items():
+        one, two = (lora_weights(tree / f"global_step_{s}") for s in (1, 2))
+        assert sorted(one) == sorted(two) == ["base", "default"], policy
+        for weights in (one, two):  # the base never moves
+            shared = [name for name in weights["base"] if name in start]
+            assert len(shared) == len(weights["base"]) - 1, policy  # all but the lm_head tied to the embeddings
+            assert all(torch.equal(weights["base"][name], start[name]) for name in shared), policy
+        assert max(float(t.abs().max()) for n, t in one["default"].items() if "lora_B" in n) > 0, policy
+        assert max_change(one["default"], two["default"]) > 0, policy
+        # one optimizer step a training step: 2 after step 2 only if the resume restored step 1's optimizer state
+        assert optimizer_steps(tree / "global_step_1") == {1}, policy
+        assert optimizer_steps(tree / "global_step_2") == {2}, policy
