@@ -70,6 +70,7 @@ PILOT_ABOUT = (
 ENGINES = ("local", "verl")
 ROUTERS = ("shared", "per_role", "lora_per_role")
 LORA_ROUTER = "lora_per_role"  # L2: the local engine's preset of that name, verl's mas.lora_per_role
+L2_FIRST_STEPS = 100  # the first two L2 designs' budget: their folders and records carry no steps
 VERL_ADAPTER = "default"  # verl's own adapter in a mas.lora_per_role checkpoint: frozen, never active
 LOCAL_TIMES = {
     "generation": "time/generation_s",
@@ -165,12 +166,23 @@ def local_config(
 
 
 def lora_variant(config: LocalTrainConfig) -> str:
-    """The suffix of an L2 run's work folder and record: "" at the preset's lr and rank (the first L2 runs' names),
-    else its lr and rank (`_lr0.001_r16`), so that runs at other settings never reuse or overwrite those."""
-    preset = apply_overrides(LocalTrainConfig(), PRESETS[LORA_ROUTER].overrides)
-    if not config.lora.rank or (config.update.lr, config.lora.rank) == (preset.update.lr, preset.lora.rank):
+    """The suffix of an L2 run's work folder and record: "" at the preset's lr and rank and the first L2 budget (the
+    first L2 runs' names), else its lr and rank (`_lr0.001_r16`) and its budget (`_steps200`), so that runs at other
+    settings never reuse or overwrite those: the local engine trains afresh into a folder that holds checkpoints, over
+    a shorter run's."""
+    if not config.lora.rank:
         return ""
-    return f"_lr{config.update.lr:g}" + (f"_r{config.lora.rank}" if config.lora.rank != preset.lora.rank else "")
+    preset = apply_overrides(LocalTrainConfig(), PRESETS[LORA_ROUTER].overrides)
+    name = ""
+    if (config.update.lr, config.lora.rank) != (preset.update.lr, preset.lora.rank):
+        name = f"_lr{config.update.lr:g}" + (f"_r{config.lora.rank}" if config.lora.rank != preset.lora.rank else "")
+    return name + ("" if config.steps == L2_FIRST_STEPS else f"_steps{config.steps}")
+
+
+def pilot_record_name(router: str, seed: int, steps: int) -> str:
+    """An L2 pilot's record: ROUTER_pilot_seedS.json at the first L2 budget (the second design's pilot), else with
+    `_stepsN`, so that a pilot at another budget never overwrites it."""
+    return f"{router}_pilot_seed{seed}" + ("" if steps == L2_FIRST_STEPS else f"_steps{steps}") + ".json"
 
 
 def samples_per_policy(config: LocalTrainConfig) -> int:
@@ -524,8 +536,8 @@ def board_strings(by_step: dict[int, dict[str, list[float]]], samples: int) -> d
 
 def local_pilot(args: argparse.Namespace) -> Path:
     """The local engine alone, one run per `--lora-lr` (the same seed, boards and warm start), every checkpoint read by
-    the evaluator: which L2 regime learns, before verl's time is spent on one. Writes OUT/ROUTER_pilot_seedS.json
-    after every arm, so that an arm cut short loses only itself."""
+    the evaluator: which L2 regime learns, before verl's time is spent on one. Writes
+    OUT/ROUTER_pilot_seedS[_stepsN].json after every arm, so that an arm cut short loses only itself."""
     torch.set_num_threads(args.threads)
     root = seed_work(args.seed)
     model = warm_start(args, root)
@@ -560,7 +572,7 @@ def local_pilot(args: argparse.Namespace) -> Path:
             arm["base_change_max"] = base_change(found[max(found)][LORA_BASE_MODEL], start[LORA_BASE_MODEL])
         record["arms"][f"lr {config.update.lr:g}, rank {config.lora.rank}"] = arm
         args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"{args.router}_pilot_seed{args.seed}.json"
+        path = args.out / pilot_record_name(args.router, args.seed, args.steps)
         path.write_text(json.dumps(finite_or_null(record), indent=1, allow_nan=False))
         for mode in ("sampled", "greedy"):
             c = paired(np.array(boards[max(boards)][mode]), np.array(warm[mode]))
@@ -701,7 +713,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--local-only",
         action="store_true",
-        help="a pilot: the local engine alone, one run per --lora-lr, into OUT/ROUTER_pilot_seedS.json",
+        help="a pilot: the local engine alone, one run per --lora-lr, into OUT/ROUTER_pilot_seedS[_stepsN].json",
     )
     parser.add_argument("--reuse", action="store_true", help="take finished engine runs from the work folder")
     parser.add_argument(

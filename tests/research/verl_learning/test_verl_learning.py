@@ -220,8 +220,9 @@ def test_l2_runs_the_local_preset_and_gives_verl_its_lora_settings_on_one_group(
     assert not any(o.startswith("trainer.n_gpus_per_node=") for o in overrides)  # one worker group, not one per role
 
 
-def l2_args(**extra) -> argparse.Namespace:
-    return argparse.Namespace(steps=4, tasks_per_step=2, k=2, eval_tasks=3, seed=0, router="lora_per_role", **extra)
+def l2_args(steps: int = 100, **extra) -> argparse.Namespace:
+    """At the first L2 designs' budget unless told: their run names carry no steps."""
+    return argparse.Namespace(steps=steps, tasks_per_step=2, k=2, eval_tasks=3, seed=0, router="lora_per_role", **extra)
 
 
 def test_l2s_lr_and_rank_replace_the_presets_and_reach_verl_and_the_run_names():
@@ -240,6 +241,25 @@ def test_l2s_lr_and_rank_replace_the_presets_and_reach_verl_and_the_run_names():
     # another router: no adapters, no suffix, the lr untouched
     shared = verl_learning.local_config(argparse.Namespace(**(vars(args) | {"router": "shared"})), Path("s"), lr=1e-3)
     assert (shared.update.lr, shared.lora.rank, verl_learning.lora_variant(shared)) == (3e-4, 0, "")
+
+
+def test_l2_runs_at_another_budget_never_take_the_first_budgets_folders_or_records():
+    longer = l2_args(steps=200, eval_every=25)
+    assert verl_learning.lora_variant(verl_learning.local_config(longer, Path("l2"))) == "_steps200"
+    assert verl_learning.lora_variant(verl_learning.local_config(longer, Path("l2"), lr=1e-3)) == "_lr0.001_steps200"
+    first = verl_learning.local_config(l2_args(eval_every=25), Path("l2"), lr=1e-3)
+    assert verl_learning.lora_variant(first) == "_lr0.001"  # the second design's pilot's folder, as it ran
+    shared = argparse.Namespace(**(vars(longer) | {"router": "shared"}))  # other routers: one budget per router
+    assert verl_learning.lora_variant(verl_learning.local_config(shared, Path("s"))) == ""
+    assert verl_learning.pilot_record_name("lora_per_role", 3, 100) == "lora_per_role_pilot_seed3.json"
+    assert verl_learning.pilot_record_name("lora_per_role", 3, 200) == "lora_per_role_pilot_seed3_steps200.json"
+
+
+def test_replication_seeds_have_their_own_work_folder_and_records():
+    assert verl_learning.seed_work(0) == verl_learning.WORK
+    assert verl_learning.seed_work(2) == verl_learning.WORK / "seed_2"
+    assert verl_learning.record_name("shared", 0) == "shared.json"  # seed 0's committed data keeps its name
+    assert verl_learning.record_name("per_role", 1) == "per_role_seed1.json"
 
 
 @pytest.mark.parametrize(
@@ -286,8 +306,8 @@ def test_the_pilot_trains_and_reads_each_arm_in_its_own_folder(monkeypatch, tmp_
     (tmp_path / "seed_3").mkdir()
     argv = ["--router", "lora_per_role", "--local-only", "--seed", "3", "--steps", "2", "--eval-every", "2"]
     verl_learning.main([*argv, "--lora-lr", "1e-3", "3e-3", "--out", str(tmp_path / "out")])
-    assert trained == [(1e-3, "lora_per_role_lr0.001"), (3e-3, "lora_per_role_lr0.003")]
-    record = json.loads((tmp_path / "out" / "lora_per_role_pilot_seed3.json").read_text())
+    assert trained == [(1e-3, "lora_per_role_lr0.001_steps2"), (3e-3, "lora_per_role_lr0.003_steps2")]
+    record = json.loads((tmp_path / "out" / "lora_per_role_pilot_seed3_steps2.json").read_text())
     assert record["seed"] == 3 and record["command"].endswith("--seed 3 --lora-lr 0.001 0.003")
     assert list(record["arms"]) == ["lr 0.001, rank 8", "lr 0.003, rank 8"]
     arm = record["arms"]["lr 0.001, rank 8"]
