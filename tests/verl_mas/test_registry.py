@@ -80,3 +80,55 @@ def test_entry_point_class_is_registered_under_its_name(monkeypatch):
     monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
     env = make_env("from_plugin_pkg")
     assert isinstance(env, PluginEnv) and isinstance(env, MultiAgentEnv)
+
+
+USER_MODULE = '''
+from verl_mas.env import ENVS
+
+Counter = ENVS.get("counter")
+
+
+class ThreeRoles(Counter):
+    """A user's environment no register_env names: the counter with three roles by default."""
+
+    def __init__(self, roles=("x", "y", "z"), **options):
+        super().__init__(roles=roles, **options)
+
+
+NOT_AN_ENV = 3
+'''
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    """A module only an import path reaches: written to a folder on sys.path, the registry restored afterwards."""
+    (tmp_path / "user_envs_for_test.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
+    return "user_envs_for_test"
+
+
+def test_an_import_path_names_an_environment_no_registry_holds(user_module):
+    path = f"{user_module}:ThreeRoles"
+    assert path not in ENVS
+    env = make_env(path, max_turns=3)
+    assert type(env).__name__ == "ThreeRoles" and type(env).__module__ == user_module
+    assert env.workflow().roles == ("x", "y", "z") and env.workflow().max_turns == 3  # the user's default and option
+    assert ENVS.get(path) is type(env)  # registered under its path: the next lookup imports nothing
+    assert make_env(path, roles=("solo",)).workflow().roles == ("solo",)
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("user_envs_for_test:Missing", r"user_envs_for_test\.Missing is None, not a MultiAgentEnv subclass"),
+        ("user_envs_for_test:NOT_AN_ENV", r"user_envs_for_test\.NOT_AN_ENV is 3, not a MultiAgentEnv"),
+        ("no_such_user_module:Env", r"cannot import module 'no_such_user_module'"),
+        (":Env", "an import path is module:Class"),
+        ("user_envs_for_test:", "an import path is module:Class"),
+    ],
+)
+def test_a_bad_import_path_is_an_unknown_environment_naming_what_is_wrong(user_module, path, message):
+    with pytest.raises(KeyError, match=message):
+        make_env(path)
+    assert path not in ENVS

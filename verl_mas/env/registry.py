@@ -1,7 +1,9 @@
-"""The environment registry: the `register_env` decorator and the `verl_mas.envs` entry points."""
+"""The environment registry: the `register_env` decorator, the `verl_mas.envs` entry points and `module:Class`
+import paths."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
@@ -10,6 +12,7 @@ from verl_mas.env.base import MultiAgentEnv
 from verl_mas.registry import Registry
 
 ENTRY_POINT_GROUP = "verl_mas.envs"
+IMPORT_PATH_SEPARATOR = ":"  # `my_pkg.my_game:MyGame`: an environment named by where its class lives
 ENVS: Registry[type[MultiAgentEnv]] = Registry("environment")
 _entry_points_loaded = False
 
@@ -49,9 +52,32 @@ def load_entry_point_envs() -> None:
 
 
 def get_env_class(name: str) -> type[MultiAgentEnv]:
+    """The class registered as `name`, found among the entry points on first use; or, for an import path
+    `module:Class`, that class, imported and registered under the path (in every process that asks: Ray's workers
+    too, which import the module from the driver's working directory or PYTHONPATH).
+
+    Raises:
+        KeyError: an unknown name, or an import path that does not lead to a `MultiAgentEnv` subclass.
+    """
     if name not in ENVS:
+        if IMPORT_PATH_SEPARATOR in name:
+            return ENVS.add(name, _imported_env(name))
         load_entry_point_envs()
     return ENVS.get(name)
+
+
+def _imported_env(path: str) -> type[MultiAgentEnv]:
+    module_name, _, class_name = path.partition(IMPORT_PATH_SEPARATOR)
+    if not module_name or not class_name:
+        raise KeyError(f"environment {path!r}: an import path is module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise KeyError(f"environment {path!r}: cannot import module {module_name!r} ({exc})") from None
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, MultiAgentEnv)):
+        raise KeyError(f"environment {path!r}: {module_name}.{class_name} is {cls!r}, not a MultiAgentEnv subclass")
+    return cls
 
 
 def make_env(name: str, **options: Any) -> MultiAgentEnv:

@@ -302,3 +302,16 @@ def test_a_run_whose_every_task_fails_exits_with_an_error(tmp_path, monkeypatch,
     err = capsys.readouterr().err.strip()
     assert err.startswith("verl-mas train: error: every one of the 2 tasks failed") and len(err.splitlines()) == 1
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_an_environment_named_by_its_import_path_trains_from_the_same_start_as_by_its_name(tmp_path):
+    # `env=module:Class` reaches an environment no registry or entry point names. The same class gives the same warm
+    # start and held-out boards; the training samples differ, as the sampler is seeded by task ids that carry the name
+    by_name = train(tiny_config(tmp_path / "name", steps=2), log=lambda _: None)
+    path = "mas_testkit:SayDigitEnv"
+    # a new env takes its options afresh (they are the env's): tiny_config's, given again
+    by_path = train(tiny_config(tmp_path / "path", steps=2, env=path, env_options={"max_turns": 1}), log=lambda _: None)
+    start = [without_timings(row) for row in by_path.history if row["step"] == 0]
+    assert start == [without_timings(row) for row in by_name.history if row["step"] == 0]
+    assert [row["step"] for row in by_path.history] == [row["step"] for row in by_name.history]
+    assert all("update/shared/grad_norm" in row for row in by_path.history if row["step"] > 0)
