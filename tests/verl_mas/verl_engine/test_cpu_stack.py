@@ -18,8 +18,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +32,7 @@ from safetensors.torch import load_file
 from update_replay import load_captured_update
 
 from verl_mas.advantage import GROUPING_KEYS, compute_at_grpo_advantage
+from verl_mas.dataset import write_dataset
 from verl_mas.local.model import load_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
 from verl_mas.verl_engine.cpu_run import AUDIT_HOOK, CpuRun, prepare_tiny_stack, run_on_cpu, tiny_stack_overrides
@@ -57,7 +60,17 @@ TIMELINE = "timeline.jsonl"
 MODES = ("sequential", "concurrent")
 LORA_RANK = 8
 LORA_LR = 1e-3  # an adapter's usual step: its effect on the log-probs is then well above the kernels' rounding
+# L2: one base model, one adapter per role, one worker group and one vLLM server
+LORA_PER_ROLE = [
+    "mas.router=per_role",
+    "mas.lora_per_role=true",
+    f"actor_rollout_ref.model.lora_rank={LORA_RANK}",
+    f"actor_rollout_ref.model.lora_alpha={2 * LORA_RANK}",
+    "actor_rollout_ref.model.target_modules=all-linear",
+    f"actor_rollout_ref.actor.optim.lr={LORA_LR}",
+]
 EVENT_RECORDER = Path(__file__).with_name("event_recorder.py")
+ADAPTER_SWAP = Path(__file__).with_name("adapter_swap.py")
 EVENTS_FILE = "events.jsonl"
 READY = "ready"  # written once the fixture's model and data are complete
 
@@ -76,9 +89,10 @@ def stack(tmp_path_factory):
     return root
 
 
-def launch(root: Path, name: str, overrides: list[str], kill_when=None) -> CpuRun:
+def launch(root: Path, name: str, overrides: list[str], kill_when=None, succeed: bool = True) -> CpuRun:
     """One `python -m verl_mas.main +platform=cpu` launch on the fixture's model and data; with `kill_when`, it is
-    SIGKILLed (driver and Ray together) as soon as `kill_when()` is true, a crash mid-run."""
+    SIGKILLed (driver and Ray together) as soon as `kill_when()` is true, a crash mid-run. Unless killed or told it
+    may fail (`succeed=False`), it must end with return code 0."""
     run = run_on_cpu(
         root / name,
         [
@@ -93,7 +107,7 @@ def launch(root: Path, name: str, overrides: list[str], kill_when=None) -> CpuRu
         timeout_s=LAUNCH_TIMEOUT_S,
         kill_when=kill_when,
     )
-    if kill_when is None:
+    if kill_when is None and succeed:
         assert run.returncode == 0, f"{name} failed ({run.returncode}):\n{run.log()[-6000:]}"
     return run
 
@@ -135,6 +149,33 @@ def max_change(before: dict[str, torch.Tensor], after: dict[str, torch.Tensor]) 
 
 def initial_weights(root: Path) -> dict[str, torch.Tensor]:
     return {name: t.float() for name, t in load_file(root / "model" / "model.safetensors").items()}
+
+
+def step_saved(trees: list[Path], step: int) -> Callable[[], bool]:
+    """Whether every checkpoint tree in `trees` has saved `step`: when to kill a launch that is to be resumed."""
+
+    def saved() -> bool:
+        markers = [tree / "latest_checkpointed_iteration.txt" for tree in trees]
+        return all(m.exists() and m.read_text().strip() == str(step) for m in markers)
+
+    return saved
+
+
+def validation_steps(logged: list[dict]) -> list[int]:
+    """The steps at which a launch logged validation metrics."""
+    return [row["step"] for row in logged if any(k.startswith("val-core/") for k in row["data"])]
+
+
+def check_base_frozen(stack: Path, base: dict[str, torch.Tensor], label: str) -> None:
+    """A LoRA checkpoint's base weights (peft's names) equal the model the launch started from: all but the lm_head,
+    which is tied to the embeddings."""
+    start = {
+        f"base_model.model.{name}".replace("_proj.", "_proj.base_layer."): t
+        for name, t in initial_weights(stack).items()
+    }
+    shared = [name for name in base if name in start]
+    assert len(shared) == len(base) - 1, label
+    assert all(torch.equal(base[name], start[name]) for name in shared), label
 
 
 def check_update_batches(
@@ -318,8 +359,7 @@ def test_shared_trains_two_steps_for_real(stack):
     for row in steps:
         check_group_health(row["data"], [r for r in records if r["step"] == row["step"]], "task_role")
     assert any(row["data"]["group_health/mixed_prompt_share"] > 0 for row in steps)  # (task, role) spans turns
-    validations = [row for row in logged if any(k.startswith("val-core/") for k in row["data"])]
-    assert [row["step"] for row in validations] == [0, 2]  # before training and after the last step
+    assert validation_steps(logged) == [0, 2]  # before training and after the last step
     checkpoints = stack / "checkpoints" / "shared"
     assert (checkpoints / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
     start, one, two = initial_weights(stack), *(actor_weights(checkpoints / f"global_step_{s}") for s in (1, 2))
@@ -365,8 +405,7 @@ def test_per_role_trains_two_policies_at_the_same_time_for_two_steps(stack):
     for phase in ("old_log_prob", "update_actor", "save_checkpoint", "update_weights"):  # per policy, and the wall
         assert all(f"policy/{p}/timing_s/{phase}" in steps[2] for p in POLICIES), phase
         assert f"timing_s/{phase}" in steps[2], phase
-    validations = [row["step"] for row in logged if any(k.startswith("val-core/") for k in row["data"])]
-    assert validations == [2]
+    assert validation_steps(logged) == [2]
 
 
 def lora_weights(checkpoint: Path) -> dict[str, dict[str, torch.Tensor]]:
@@ -423,23 +462,9 @@ def test_lora_per_role_is_killed_then_resumes_from_its_checkpoint(stack):
     # one base model, one adapter per role, one worker group and one vLLM server; killed after its step-1 checkpoint,
     # then resumed for step 2 with the phase check (its "before" state is the state the resume loaded) and the update
     # capture (the rows step 2's adapters sampled); no validation before training in either launch, to keep them short
-    lora_per_role = [
-        "mas.router=per_role",
-        "mas.lora_per_role=true",
-        f"actor_rollout_ref.model.lora_rank={LORA_RANK}",
-        f"actor_rollout_ref.model.lora_alpha={2 * LORA_RANK}",
-        "actor_rollout_ref.model.target_modules=all-linear",
-        f"actor_rollout_ref.actor.optim.lr={LORA_LR}",
-        "trainer.val_before_train=false",
-    ]
+    lora_per_role = [*LORA_PER_ROLE, "trainer.val_before_train=false"]
     checkpoints = stack / "checkpoints" / "lora_per_role"
-    tracker = checkpoints / "latest_checkpointed_iteration.txt"
-    killed = launch(
-        stack,
-        "lora_per_role-killed",
-        lora_per_role,
-        kill_when=lambda: tracker.exists() and tracker.read_text().strip() == "1",
-    )
+    killed = launch(stack, "lora_per_role-killed", lora_per_role, kill_when=step_saved([checkpoints], 1))
     assert killed.returncode is None
     check, capture = stack / "lora_per_role-resumed" / "phase_check", stack / "lora_per_role-resumed" / "capture"
     checking = [
@@ -463,19 +488,13 @@ def test_lora_per_role_is_killed_then_resumes_from_its_checkpoint(stack):
     step_two = next(row["data"] for row in logged if row["step"] == 2 and "mas/plan/reward/mean" in row["data"])
     assert all(step_two[f"mas/{role}/logprob_gap"] < MAX_LOGPROB_GAP for role in POLICIES)  # the guard's measure
     assert all(f"policy/{p}/actor/grad_norm" in step_two for p in POLICIES)
-    assert [row["step"] for row in logged if any(k.startswith("val-core/") for k in row["data"])] == [2]
+    assert validation_steps(logged) == [2]
     # one checkpoint tree; the base is the model the run started from at both steps, verl's own adapter never moved,
     # and each role's adapter moved at each step
-    start = {
-        f"base_model.model.{name}".replace("_proj.", "_proj.base_layer."): t
-        for name, t in initial_weights(stack).items()
-    }
     one, two = (lora_weights(checkpoints / f"global_step_{s}") for s in (1, 2))
     assert sorted(one) == sorted(two) == ["base", "default", "plan", "tool"]
-    for weights in (one, two):
-        shared = [name for name in weights["base"] if name in start]
-        assert len(shared) == len(weights["base"]) - 1  # all but the lm_head tied to the embeddings
-        assert all(torch.equal(weights["base"][name], start[name]) for name in shared)
+    for step, weights in enumerate((one, two), start=1):
+        check_base_frozen(stack, weights["base"], f"step {step}")
     assert max_change(one["default"], two["default"]) == 0.0
     for policy in POLICIES:
         assert max(float(t.abs().max()) for n, t in one[policy].items() if "lora_B" in n) > 0, policy  # B starts at 0
@@ -509,6 +528,91 @@ def test_lora_per_role_is_killed_then_resumes_from_its_checkpoint(stack):
         assert measured[other] > 10 * measured[policy] and measured[None] > 10 * measured[policy]
         with pytest.raises(OffPolicyRollout, match=f"role '{policy}' \\(adapter '{policy}'\\)"):
             check_on_policy({(policy, policy): measured[other]}, bound=10 * measured[policy], adapters=True)
+
+
+@pytest.mark.slow
+def test_the_guard_stops_a_run_whose_server_holds_each_role_s_adapter_under_the_other_s_name(stack):
+    # the hook exchanges the two role adapters in the actor after step 1's update, so that the weight sync ships each
+    # one under the other role's name, and exchanges them back before step 2's old log-probs: step 2's rollouts were
+    # served with the wrong adapter for both roles. lr 1e-2 sets the adapters apart in one step; the bound is 100x
+    # the kernels' rounding, and step 1, served right, passes under it
+    folder = stack / "wrong_adapter"
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ADAPTER_SWAP, folder / ADAPTER_SWAP.name)
+    bound = 1e-3
+    swapping = [
+        "+trainer_hooks.swap._target_=adapter_swap.ServeSwappedAdapters",
+        "+trainer_hooks.swap.step=1",
+        f"+trainer_hooks.swap.adapters=[{','.join(POLICIES)}]",
+    ]
+    overrides = [*LORA_PER_ROLE, "actor_rollout_ref.actor.optim.lr=1e-2", f"mas.max_logprob_gap={bound}", *swapping]
+    run = launch(stack, "wrong_adapter", [*overrides, "trainer.val_before_train=false"], succeed=False)
+    log = run.log()
+    assert run.returncode != 0, log[-4000:]
+    assert sorted((r["step"], r["policy"]) for r in run.audit()) == [(1, "plan"), (1, "tool")]  # step 2 never updated
+    step_one = next(row["data"] for row in run.metrics() if row["step"] == 1 and "mas/plan/reward/mean" in row["data"])
+    assert all(step_one[f"mas/{role}/logprob_gap"] < bound / 10 for role in POLICIES), step_one
+    stopped = re.search(r"OffPolicyRollout: on-policy guard: .*? for (role .*?); the rollout was not served", log)
+    assert stopped, log[-4000:]
+    named = dict(re.findall(r"role '(\w+)' \(adapter '(\w+)'\): ", stopped.group(1)))
+    assert named == {role: role for role in POLICIES}, stopped.group(1)
+    gaps = [float(g) for g in re.findall(r"\): ([-+.\deE]+)", stopped.group(1))]
+    served_right = [step_one[f"mas/{role}/logprob_gap"] for role in POLICIES]
+    print(f"wrong adapter served: step-2 gaps {gaps}, against step 1's {served_right} served right")
+    assert min(gaps) > bound
+
+
+USER_ENV_MODULE = "user_plan_path"
+# a user's environment that no registry or entry point names: Plan-Path noting each reset's process and task
+USER_ENV_SOURCE = """
+import os
+
+from verl_mas_envs.puzzles.plan_path import PlanPathEnv
+
+
+class TracedPlanPath(PlanPathEnv):
+    def __init__(self, trace: str = "", **options):
+        super().__init__(**options)
+        self.trace = trace
+
+    def reset(self, task):
+        super().reset(task)
+        if self.trace:
+            with open(self.trace, "a", encoding="utf-8") as out:
+                out.write(f"{os.getpid()} {task.uid}\\n")
+"""
+
+
+@pytest.mark.slow
+def test_an_environment_named_by_its_import_path_serves_verl_s_rollouts(stack, monkeypatch):
+    # `mas.env=module:Class`, the module beside the launch (the driver's working directory, which Ray's workers import
+    # from), its name in the data rows too: the agent-loop workers build the user's class for every task they run
+    folder = stack / "import_path"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{USER_ENV_MODULE}.py").write_text(USER_ENV_SOURCE)
+    monkeypatch.syspath_prepend(str(folder))  # this process writes the data rows, naming the class by its path
+    env, trace = f"{USER_ENV_MODULE}:TracedPlanPath", folder / "resets.txt"
+    options = ENV_OPTIONS | {"trace": str(trace)}
+    write_dataset(env, folder / "data", n_train=8, n_eval=4, seed=0, options=options)
+    trace.unlink(missing_ok=True)  # resets made while writing the data, in this process
+    run = launch(
+        stack,
+        "import_path",
+        [
+            f"mas.env={env}",
+            f"+mas.env_options.trace={trace}",
+            f"data.train_files={folder / 'data' / 'train.parquet'}",
+            f"data.val_files={folder / 'data' / 'eval.parquet'}",
+            "trainer.total_training_steps=1",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+        ],
+    )
+    assert sorted(r["policy"] for r in run.audit() if r["step"] == 1) == ["shared"]
+    resets = [line.split() for line in trace.read_text().splitlines()]
+    assert {pid for pid, _ in resets} - {str(os.getpid())}, "no other process built the user's environment"
+    trained = {row["task_uid"] for record in run.audit() for row in record["rows"] if not row["padding"]}
+    assert trained and trained <= {uid for _, uid in resets}, "a trained task's rollout did not reset the user's class"
 
 
 # verl's own LoRA on a policy (issue 48, item 1): one adapter for both roles (`shared`), one LoRA policy per role
@@ -553,12 +657,7 @@ def test_a_lora_policy_trains_its_adapter_only_and_resumes_it(stack, arm):
     ]
     checkpoints = stack / "checkpoints" / arm
     trees = {p: checkpoints if len(roles_of) == 1 else checkpoints / p for p in roles_of}
-
-    def step_one_saved() -> bool:
-        markers = [tree / "latest_checkpointed_iteration.txt" for tree in trees.values()]
-        return all(m.exists() and m.read_text().strip() == "1" for m in markers)
-
-    killed = launch(stack, f"{arm}-killed", overrides, kill_when=step_one_saved)
+    killed = launch(stack, f"{arm}-killed", overrides, kill_when=step_saved(list(trees.values()), 1))
     assert killed.returncode is None
     resumed = launch(stack, f"{arm}-resumed", overrides)
     first, second = [r for r in killed.audit() if r["step"] == 1], resumed.audit()
@@ -568,17 +667,11 @@ def test_a_lora_policy_trains_its_adapter_only_and_resumes_it(stack, arm):
     gaps = check_update_batches(first + second, roles_of)
     print(f"{arm}: largest sampler-vs-actor log-prob gap {gaps}")
     assert max(gaps.values()) < MAX_LOGPROB_GAP
-    start = {
-        f"base_model.model.{name}".replace("_proj.", "_proj.base_layer."): t
-        for name, t in initial_weights(stack).items()
-    }
     for policy, tree in trees.items():
         one, two = (lora_weights(tree / f"global_step_{s}") for s in (1, 2))
         assert sorted(one) == sorted(two) == ["base", "default"], policy
-        for weights in (one, two):  # the base never moves
-            shared = [name for name in weights["base"] if name in start]
-            assert len(shared) == len(weights["base"]) - 1, policy  # all but the lm_head tied to the embeddings
-            assert all(torch.equal(weights["base"][name], start[name]) for name in shared), policy
+        for step, weights in enumerate((one, two), start=1):  # the base never moves
+            check_base_frozen(stack, weights["base"], f"{policy}, step {step}")
         assert max(float(t.abs().max()) for n, t in one["default"].items() if "lora_B" in n) > 0, policy
         assert max_change(one["default"], two["default"]) > 0, policy
         # one optimizer step a training step: 2 after step 2 only if the resume restored step 1's optimizer state

@@ -295,11 +295,7 @@ def test_per_role_pinned_to_two_nodes_trains_and_resumes(two_nodes: NodeCluster,
         *(f"+mas.policies.{p}.nnodes=1" for p in RESOURCES),
         *two_nodes.overrides(),
     ]
-
-    def step_one_saved() -> bool:
-        markers = [checkpoints / policy / "latest_checkpointed_iteration.txt" for policy in RESOURCES]
-        return all(m.exists() and m.read_text().strip() == "1" for m in markers)
-
+    step_one_saved = cpu_stack.step_saved([checkpoints / policy for policy in RESOURCES], 1)
     timeline = [f"+mas.timeline={stack / name / 'timeline.jsonl'}" for name in ("nodes-killed", "nodes-resumed")]
     killed = cpu_stack.launch(stack, "nodes-killed", [*placed, timeline[0]], kill_when=step_one_saved)
     assert killed.returncode is None  # killed, not ended
