@@ -1,24 +1,36 @@
-"""verl's stack against the local engine on CPU (research/verl_learning/README.md), from data/shared.json,
-data/per_role.json and data/lora_per_role.json (L2): every change is paired per board over the same 256 held-out
-boards."""
+"""verl's stack against the local engine on CPU (research/verl_learning/README.md), from data/shared.json and
+data/per_role.json (seed 0) and data/ROUTER_seedS.json (the replication's seeds): every change is paired per board
+over the same 256 held-out boards. L2's figures are research/lora_learning's, from these helpers."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
-from research.stats import difference_summary, markdown_table, number, summary_text
+from research.stats import difference_summary, markdown_table, mean_se_text, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
-ROUTERS = ("shared", "per_role", "lora_per_role")
-GAINED = ("shared", "per_role")  # the routers whose verl run gained: where its gain came from is a question
-PILOT = "lora_per_role_pilot_seed3"  # L2's second design: the local pilot that chooses a regime that learns
-SELECTABLE_LRS = (1e-3, 3e-3)  # the pilot's arms the selection rule chooses among, smaller first (3e-4: reference)
+ROUTERS = ("shared", "per_role")  # L2 (lora_per_role): research/lora_learning
+# The replication design (README): seeds 0-2 per router, each router at its first runs' budget; learning through verl
+# holds for a router when the mean of its verl runs' sampled gains over all REPLICATION_SEEDS has a t interval above 0.
+REPLICATION_SEEDS = (0, 1, 2)
+BUDGET = {"shared": 200, "per_role": 100}
+ENGINES = ("local", "verl")
 
 
 def read(router: str) -> dict:
     return json.loads((DATA / f"{router}.json").read_text())
+
+
+def record_file(router: str, seed: int) -> str:
+    """A seed's record: ROUTER.json for seed 0 (the first runs), ROUTER_seedS.json for the replication's."""
+    return f"{router}.json" if seed == 0 else f"{router}_seed{seed}.json"
+
+
+def seed_records(router: str, data: Path = DATA) -> dict[int, dict]:
+    """{seed: record} of the replication seeds whose runs have a record in `data`."""
+    paths = {seed: data / record_file(router, seed) for seed in REPLICATION_SEEDS}
+    return {seed: json.loads(path.read_text()) for seed, path in paths.items() if path.exists()}
 
 
 def per_board(record: dict, engine: str, step: int, mode: str) -> list[float]:
@@ -55,7 +67,7 @@ def changes_table() -> str:
             for step in ends:
                 cells = [summary_text(change(record, engine, step, mode)) for mode in ("sampled", "greedy")]
                 lines.append([f"`{router}`", engine, str(step), *cells])
-    return markdown_table(lines) + "\n\nOne run per engine and router (`lora_per_role`: L2); n = 256 boards per change."
+    return markdown_table(lines) + "\n\nSeed 0, one run per engine and router; n = 256 boards per change."
 
 
 def spread_table() -> str:
@@ -86,35 +98,128 @@ def spread_table() -> str:
     return markdown_table(lines)
 
 
-def solved_share_table() -> str:
-    """How much of verl's sampled gain comes from boards the warm start already solved greedily."""
-    lines = [["router", "steps", "sampled gain", "of it on boards solved greedily before RL", "share"]]
-    for router in GAINED:
-        record = read(router)
-        last = last_common_step(record)
-        before_greedy = per_board(record, "verl", 0, "greedy")
-        gains = [
-            a - b
-            for a, b in zip(
-                per_board(record, "verl", last, "sampled"), per_board(record, "verl", 0, "sampled"), strict=True
-            )
+def gain_split(record: dict, engine: str, step: int) -> dict[str, dict]:
+    """The sampled change from step 0 at `step`, paired per board, and its two parts, each a mean over all boards (so
+    that they add up to it): on boards the warm start did not solve greedily ("new") and on boards it did
+    ("solved")."""
+    after, before = per_board(record, engine, step, "sampled"), per_board(record, engine, 0, "sampled")
+    solved = per_board(record, engine, 0, "greedy")
+    gains = [a - b for a, b in zip(after, before, strict=True)]
+    return {
+        "total": difference_summary(gains),
+        "new": difference_summary([g * (1 - s) for g, s in zip(gains, solved, strict=True)]),
+        "solved": difference_summary([g * s for g, s in zip(gains, solved, strict=True)]),
+    }
+
+
+PARTS = {"new": "boards unsolved greedily before RL", "solved": "boards solved greedily before RL"}
+
+
+def seed_readings(records: dict[int, dict], step: int) -> dict[str, dict[int, float]]:
+    """Per figure, {seed: its mean over boards at `step`}: each engine's sampled and greedy change from step 0 and the
+    sampled change's two parts (`gain_split`), and verl minus local, sampled and greedy."""
+    out: dict[str, dict[int, float]] = {}
+    for seed, record in sorted(records.items()):
+        for engine in ENGINES:
+            split = gain_split(record, engine, step)
+            out.setdefault(f"{engine}, sampled", {})[seed] = split["total"]["mean"]
+            for part, boards in PARTS.items():
+                out.setdefault(f"{engine}, sampled, on {boards}", {})[seed] = split[part]["mean"]
+            out.setdefault(f"{engine}, greedy", {})[seed] = change(record, engine, step, "greedy")["mean"]
+        for mode in ("sampled", "greedy"):
+            out.setdefault(f"verl - local, {mode}", {})[seed] = verl_minus_local(record, step, mode)["mean"]
+    return out
+
+
+def replication_bar(seeds: dict[int, float]) -> str:
+    """The design's bar on verl's sampled gains per seed: met when all REPLICATION_SEEDS have run and the t interval
+    of their mean is above 0; below that many seeds, interim."""
+    missing = [seed for seed in REPLICATION_SEEDS if seed not in seeds]
+    if missing:
+        return f"interim: seed {', '.join(map(str, missing))} not run"
+    low = difference_summary(list(seeds.values()))["ci95"][0]
+    return "**holds**" if low > 0 else "**does not hold**"
+
+
+def replication_seed_table(routers: dict[str, dict[int, dict]]) -> str:
+    """Per router, seed and engine, at the budget: the sampled and greedy change from step 0 (SE, 95%) and the
+    sampled change's two parts (SE)."""
+    lines = [
+        [
+            "router",
+            "seed",
+            "engine",
+            "sampled change (SE) [95%]",
+            "greedy change (SE) [95%]",
+            "sampled, boards unsolved greedily before RL (SE)",
+            "sampled, boards solved greedily before (SE)",
         ]
-        total = sum(gains) / len(gains)
-        on_solved = sum(g for g, solved in zip(gains, before_greedy, strict=True) if solved) / len(gains)
-        lines.append(
-            [
-                f"`{router}`",
-                str(last),
-                number(total, signed=True),
-                number(on_solved, signed=True),
-                f"{on_solved / total:.2f}",
-            ]
-        )
+    ]
+    for router, records in routers.items():
+        for seed, record in sorted(records.items()):
+            for engine in ENGINES:
+                split = gain_split(record, engine, BUDGET[router])
+                modes = [summary_text(change(record, engine, BUDGET[router], mode)) for mode in ("sampled", "greedy")]
+                parts = [mean_se_text(split[part]["mean"], split[part]["se"]) for part in ("new", "solved")]
+                lines.append([f"`{router}`", str(seed), engine, *modes, *parts])
     return markdown_table(lines)
 
 
+def replication_mean_table(routers: dict[str, dict[int, dict]]) -> str:
+    """Per router and figure, the mean over the seeds run with its t interval (n = seeds), and the bar on verl's
+    sampled gain."""
+    lines = [["router", "figure", "per seed", "mean (SE) [95% t]", "bar"]]
+    for router, records in routers.items():
+        for figure, seeds in seed_readings(records, BUDGET[router]).items():
+            if figure.startswith("verl - local"):
+                continue
+            per_seed = ", ".join(f"{seed}: {number(value, signed=True)}" for seed, value in seeds.items())
+            bar = replication_bar(seeds) if figure == "verl, sampled" else ""
+            lines.append([f"`{router}`", figure, per_seed, summary_text(difference_summary(list(seeds.values()))), bar])
+    return markdown_table(lines)
+
+
+def replication_gap_table(routers: dict[str, dict[int, dict]]) -> str:
+    """Per router and seed, verl minus its local twin at the budget, paired per board (SE, 95%)."""
+    lines = [["router", "seed", "sampled verl - local (SE) [95%]", "greedy verl - local (SE) [95%]"]]
+    for router, records in routers.items():
+        for seed, record in sorted(records.items()):
+            cells = [summary_text(verl_minus_local(record, BUDGET[router], mode)) for mode in ("sampled", "greedy")]
+            lines.append([f"`{router}`", str(seed), *cells])
+        readings = seed_readings(records, BUDGET[router])
+        means = [
+            summary_text(difference_summary(list(readings[f"verl - local, {mode}"].values())))
+            for mode in ("sampled", "greedy")
+        ]
+        lines.append([f"`{router}`", f"mean of {len(records)} [95% t]", *means])
+    return markdown_table(lines)
+
+
+def replication_note(routers: dict[str, dict[int, dict]]) -> str:
+    """How many seeds each router's figures hold, and which runs the design still lacks."""
+    held = "; ".join(
+        f"`{router}` {len(records)}" + (f" (seed {', '.join(map(str, sorted(records)))})" if records else "")
+        for router, records in routers.items()
+    )
+    missing = [
+        f"`{router}` seed {seed}"
+        for router, records in routers.items()
+        for seed in REPLICATION_SEEDS
+        if seed not in records
+    ]
+    status = f"**Interim**: not yet run: {', '.join(missing)}." if missing else "Every run of the design is in."
+    return (
+        f"Seeds with both engines' runs: {held}. Per seed, n = 256 boards; over seeds, n = the seeds listed, t with "
+        f"n - 1 degrees of freedom. {status}"
+    )
+
+
 def curve_table(router: str) -> str:
-    record = read(router)
+    return curve_rows(read(router))
+
+
+def curve_rows(record: dict) -> str:
+    """Every run's held-out success at every checkpoint, "-" past where a run stopped."""
     lines = [["step", *map(str, record["steps"])]]
     for name, curve in record["curves"].items():
         for mode in ("sampled", "greedy"):
@@ -123,131 +228,50 @@ def curve_table(router: str) -> str:
     return markdown_table(lines)
 
 
-def pilot_as_record() -> dict:
-    """The pilot's arms in the shape of an engine comparison's record (an arm where an engine would be), so that
-    `change` reads them."""
-    pilot = read(PILOT)
-    return {
-        "board_results": {name: arm["board_results"] for name, arm in pilot["arms"].items()},
-        "sampled_episodes_per_board": pilot["sampled_episodes_per_board"],
-        "arms": pilot["arms"],
-        "budget": pilot["steps"],
-        "seed": pilot["seed"],
-    }
+TIME_HEADER = ["router", "engine", "generation", "old log-prob", "update", "step"]
 
 
-def z(summary: dict) -> float:
-    """Change / SE; where every board changed alike (SE 0), 0 for no change and infinite in its direction otherwise."""
-    mean, se = summary["mean"], summary["se"]
-    return mean / se if se else math.copysign(math.inf, mean) if mean else 0.0
-
-
-def pilot_choice(record: dict) -> str | None:
-    """The selection rule set before the pilot: the arm of the smaller lr of SELECTABLE_LRS whose sampled change at the
-    budget has z > 2 and whose greedy change has z > -2; None when neither has. Raises when an arm the rule needs was
-    not run (its choice is open)."""
-    by_lr = {arm["lr"]: name for name, arm in record["arms"].items()}
-    for lr in SELECTABLE_LRS:
-        if lr not in by_lr:
-            raise LookupError(f"lr {lr:g} was not run: the rule's choice is open")
-        sampled, greedy = (change(record, by_lr[lr], record["budget"], mode) for mode in ("sampled", "greedy"))
-        if z(sampled) > 2 and z(greedy) > -2:
-            return by_lr[lr]
-    return None
-
-
-def pilot_table() -> str:
-    record = pilot_as_record()
-    lines = [["arm", "sampled change (SE) [95%]", "z", "greedy change (SE) [95%]", "z", "base change"]]
-    for name, arm in record["arms"].items():
-        cells = []
-        for mode in ("sampled", "greedy"):
-            summary = change(record, name, record["budget"], mode)
-            cells += [summary_text(summary), f"{z(summary):+.1f}"]
-        chosen = "" if arm["lr"] in SELECTABLE_LRS else " (reference)"
-        lines.append([f"lr {arm['lr']:g}, rank {arm['rank']}{chosen}", *cells, f"{arm['base_change_max']:g}"])
-    try:
-        choice = pilot_choice(record)
-        verdict = f"chosen by the rule: **{choice}**" if choice else "**no arm meets the rule: no regime tried learns**"
-    except LookupError as open_choice:
-        verdict = f"**{open_choice}**"
-    return (
-        markdown_table(lines)
-        + f"\n\nLocal engine, seed {record['seed']}, change from step 0 at step {record['budget']}, paired per "
-        f"board (n = 256); one run per arm; {verdict}."
-    )
-
-
-def pilot_curve_table() -> str:
-    pilot = read(PILOT)
-    steps = sorted({int(step) for arm in pilot["arms"].values() for step in arm["board_results"]})
-    record = pilot_as_record()
-    lines = [["step", *map(str, steps)]]
-    for name in pilot["arms"]:
-        for mode in ("sampled", "greedy"):
-            readings = [per_board(record, name, step, mode) for step in steps]
-            lines.append([f"{name}, {mode}", *(number(sum(r) / len(r)) for r in readings)])
-    return markdown_table(lines)
-
-
-def l2_validity_table() -> str:
-    """L2's checks: the base frozen in both engines, verl's sampler-vs-actor gaps per adapter under the guard's
-    bound."""
-    validity = read("lora_per_role")["validity"]
-    lines = [["check", "local", "verl"]]
-    changes = validity["base_change_max"]
-    lines.append(
-        [
-            "largest base-weight change from the warm start, last checkpoint",
-            *(f"{changes[e]:g}" for e in ("local", "verl")),
+def time_rows(router: str, step_s: dict[str, dict]) -> list[list[str]]:
+    """A record's median phase times (s) per engine, one row each."""
+    rows = []
+    for engine, times in step_s.items():
+        cells = [
+            "(in update)" if times[k] is None else f"{times[k]:.2f}"
+            for k in ("generation", "old_log_prob", "update", "step")
         ]
-    )
-    gaps = ", ".join(f"{role} {gap:.1e}" for role, gap in sorted(validity["logprob_gap_max"].items()))
-    lines.append(["guard's sampler-vs-actor gap per adapter, largest over steps (bound 0.1)", "-", gaps])
-    low, high = validity["rollout_probs_diff_max"]
-    lines.append(
-        ["verl's `rollout_probs_diff_max` over steps and adapters (min - max)", "-", f"{low:.1e} - {high:.1e}"]
-    )
-    return markdown_table(lines)
+        rows.append([f"`{router}`", engine, *cells])
+    return rows
 
 
 def time_table() -> str:
-    lines = [["router", "engine", "generation", "old log-prob", "update", "step"]]
-    for router in ROUTERS:
-        for engine, times in read(router)["step_s"].items():
-            cells = [
-                "(in update)" if times[k] is None else f"{times[k]:.2f}"
-                for k in ("generation", "old_log_prob", "update", "step")
-            ]
-            lines.append([f"`{router}`", engine, *cells])
-    return markdown_table(lines)
+    return markdown_table(
+        [TIME_HEADER, *(row for router in ROUTERS for row in time_rows(router, read(router)["step_s"]))]
+    )
 
 
 def tables() -> dict[str, str]:
-    shared = change(read("shared"), "verl", 200, "sampled")
+    replication = {router: seed_records(router) for router in BUDGET}
+    note = replication_note(replication)
     return {
+        "replication_seeds": replication_seed_table(replication) + "\n\n" + note,
+        "replication_mean": replication_mean_table(replication),
+        "replication_gap": replication_gap_table(replication),
         "changes": changes_table(),
         "spread": spread_table(),
-        "solved_share": solved_share_table(),
         "curve_shared": curve_table("shared"),
         "curve_per_role": curve_table("per_role"),
-        "curve_lora_per_role": curve_table("lora_per_role"),
-        "l2_validity": l2_validity_table(),
-        "l2_pilot": pilot_table(),
-        "l2_pilot_curve": pilot_curve_table(),
         "times": time_table(),
-        "headline": "verl, shared model, sampled change after 200 steps (one run): "
-        f"{summary_text(shared)}, n = 256 boards",
-        "l2_headline": l2_headline(),
+        "headline": replication_headline(replication),
     }
 
 
-def l2_headline() -> str:
-    """L2 at its budget: verl minus local, sampled and greedy, and each engine's sampled change (one run each)."""
-    record = read("lora_per_role")
-    last = last_common_step(record)
-    gaps = ", ".join(f"{mode} {summary_text(verl_minus_local(record, last, mode))}" for mode in ("sampled", "greedy"))
-    gains = ", ".join(
-        f"{engine} {summary_text(change(record, engine, last, 'sampled'))}" for engine in ("verl", "local")
-    )
-    return f"L2, verl minus local after {last} steps: {gaps}; sampled change {gains}; n = 256 boards, one run each"
+def replication_headline(routers: dict[str, dict[int, dict]]) -> str:
+    """verl's sampled gain at each router's budget, the mean over the seeds run with its t interval."""
+    parts = []
+    for router, records in routers.items():
+        seeds = seed_readings(records, BUDGET[router])["verl, sampled"]
+        parts.append(
+            f"`{router}` ({BUDGET[router]} steps, seeds {', '.join(map(str, seeds))}) "
+            f"{summary_text(difference_summary(list(seeds.values())))}"
+        )
+    return "verl, sampled change from the warm start, mean over seeds [95% t]: " + "; ".join(parts)

@@ -15,7 +15,8 @@ and engine/engine differences are paired per board.
 
 It writes the whole result to runs/verl_learning/ROUTER.json and the page's data, every board's result at every
 checkpoint, every run's curve and the median step times, to OUT/ROUTER.json (`--out`, default
-runs/verl_learning/data): copied into research/verl_learning/data/, `python -m research.figures` recomputes the page.
+runs/verl_learning/data): copied into research/verl_learning/data/ (L2's, lora_per_role*.json, into
+research/lora_learning/data/), `python -m research.figures` recomputes the pages.
 
 `--router lora_per_role` is L2: the local engine's `lora_per_role` preset (router per_role, one frozen base with one
 LoRA adapter per role) beside verl's `mas.lora_per_role` with the same rank, alpha, target modules and learning rate.
@@ -53,7 +54,7 @@ from verl_mas.verl_engine.cpu_run import CpuRun, run_on_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / "runs" / "verl_learning"  # models, data, run folders (not kept)
-DEFAULT_OUT = WORK / "data"  # the compact records the page reads (research/verl_learning/data/ROUTER.json)
+DEFAULT_OUT = WORK / "data"  # the compact records the pages read (research/{verl,lora}_learning/data/)
 CHART = Path(__file__).resolve().parent / "data" / "verl_learning.png"
 ABOUT = (
     "Held-out readings of each run on the same {boards} evaluation boards at every checkpoint. boards: per engine and "

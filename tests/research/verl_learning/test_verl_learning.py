@@ -314,34 +314,3 @@ def test_the_pilot_trains_and_reads_each_arm_in_its_own_folder(monkeypatch, tmp_
     assert arm["board_results"] == {"0": {"greedy": "00", "sampled": "00"}, "2": {"greedy": "10", "sampled": "10"}}
     assert (arm["lr"], arm["rank"], arm["alpha"], arm["base_change_max"]) == (1e-3, 8, 16.0, 0.0)
     assert record["arms"]["lr 0.003, rank 8"]["base_change_max"] == 0.5  # a moved base is reported, not hidden
-
-
-def pilot_arm(lr: float, sampled_after: str, greedy_after: str) -> dict:
-    """An arm on 8 boards: before, every board read 0 sampled (0 of 2) and half of them solved greedily."""
-    before = {"greedy": "11110000", "sampled": "00000000"}
-    return {
-        "lr": lr,
-        "rank": 8,
-        "board_results": {"0": before, "100": {"greedy": greedy_after, "sampled": sampled_after}},
-    }
-
-
-def test_the_pilots_rule_takes_the_smaller_lr_that_gains_without_a_greedy_fall():
-    from research.verl_learning import figures
-
-    def record(*arms):
-        named = {f"lr {arm['lr']:g}": arm for arm in arms}
-        boards = {name: arm["board_results"] for name, arm in named.items()}
-        return {"board_results": boards, "sampled_episodes_per_board": 2, "arms": named, "budget": 100}
-
-    gains = pilot_arm(3e-3, "22221111", "11110000")  # sampled +0.75 a board, greedy unchanged
-    falls = pilot_arm(1e-3, "22221111", "00000000")  # the same sampled gain, greedy 4 of 8 boards lost: z = -2.6
-    assert figures.pilot_choice(record(falls, gains)) == "lr 0.003"
-    learns = pilot_arm(1e-3, "22221110", "11110000")
-    assert figures.pilot_choice(record(gains, learns)) == "lr 0.001"  # the smaller lr, whatever the order
-    flat = pilot_arm(1e-3, "10000000", "11110000")  # +0.0625, se 0.0625: z = 1
-    reference = pilot_arm(3e-4, "22221111", "11110000")  # learns, but is outside the selection
-    with pytest.raises(LookupError, match="lr 0.003 was not run"):  # 1e-3 does not learn and 3e-3 is missing
-        figures.pilot_choice(record(flat, reference))
-    assert figures.pilot_choice(record(learns, reference)) == "lr 0.001"  # 1e-3 learns: 3e-3 is not needed
-    assert figures.pilot_choice(record(flat, falls | {"lr": 3e-3})) is None  # both run, neither meets the rule
