@@ -1,5 +1,6 @@
 """Where each policy's resource pool lands on a Ray cluster: its node count and the Ray custom resource that pins it
-(`mas.policies.<p>.nnodes`, `node_resource`), checked against the cluster's nodes before verl asks Ray for them."""
+(`mas.policies.<p>.nnodes`, `node_resource`), checked against the cluster's nodes, and the pools' logical CPUs against
+the cluster's, before verl asks Ray for them."""
 
 from __future__ import annotations
 
@@ -98,3 +99,32 @@ def check_nodes(
                 f"resource {resource!r}, {len(fit)} of them with {need_gpus} {device}(s); start each node with "
                 f"`ray start --resources='{{\"{resource}\": 1}}'` (and its {device}s)"
             )
+
+
+def check_logical_cpus(manager: ResourcePoolManager, transfer_queue: Any, cluster_cpus: float) -> None:
+    """Ray can hold every pool's placement group beside TransferQueue: verl reserves `max_colocate_count` logical
+    CPUs per bundle (one bundle per GPU of each pool), and TransferQueue's controller and each SimpleStorage unit hold
+    one logical CPU for the whole run. With fewer, verl waits for its placement groups forever.
+
+    Args:
+        manager: the run's pool manager (`resource_pool_spec`: pool -> GPUs on each of its nodes).
+        transfer_queue: the `transfer_queue` config the run started TransferQueue with.
+        cluster_cpus: the cluster's logical CPUs (`ray.cluster_resources()["CPU"]`).
+
+    Raises:
+        MasConfigError: naming `ray_kwargs.ray_init.num_cpus` and the count the run needs.
+    """
+    bundles = sum(sum(gpus) for gpus in manager.resource_pool_spec.values())
+    pools = manager.max_colocate_count * bundles
+    backend = transfer_queue.backend
+    units = backend.SimpleStorage.num_data_storage_units if backend.storage_backend == "SimpleStorage" else 0
+    queue = 1 + units  # the controller and each storage unit
+    if pools + queue <= cluster_cpus:
+        return
+    raise MasConfigError(
+        f"ray_kwargs.ray_init.num_cpus: Ray has {cluster_cpus:g} logical CPUs and the run needs {pools + queue}: "
+        f"{manager.max_colocate_count} per worker slot for {bundles} slot(s) of pools "
+        f"{sorted(manager.resource_pool_spec)}, and {queue} for TransferQueue (its controller and "
+        f"{units} storage unit(s)); raise it to {pools + queue} or more (logical CPUs: Ray schedules by them, the "
+        f"machine's cores may be fewer), or lower transfer_queue.backend.SimpleStorage.num_data_storage_units"
+    )

@@ -53,7 +53,7 @@ from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_support
 from verl_mas.verl_engine.guard import check_on_policy, gap_metrics, logprob_gaps
 from verl_mas.verl_engine.hooks import TrainerHook, load_trainer_hooks
 from verl_mas.verl_engine.phases import PolicySpan, SplitWorkerGroup, prime_dispatch_layout, run_phase
-from verl_mas.verl_engine.placement import policy_pool_manager
+from verl_mas.verl_engine.placement import check_logical_cpus, policy_pool_manager
 from verl_mas.verl_engine.policies import (
     PolicyActorRolloutRefWorker,
     PolicyLLMServerManager,
@@ -155,6 +155,7 @@ class AtGrpoTrainer(PPOTrainerSync):
             self.resource_pool_manager = adapter_pool_manager(self.config)
         else:
             self.resource_pool_manager = policy_pool_manager(self.config, self.mas)  # pinned by mas.policies.*
+        check_logical_cpus(self.resource_pool_manager, self.config.transfer_queue, ray.cluster_resources()["CPU"])
         self.resource_pool_manager.create_resource_pool()
         pools = {p: self.resource_pool_manager.resource_pool_dict[policy_pool_name(p)] for p in gpus}
         for policy, policy_config in configs.items():

@@ -21,9 +21,9 @@ from omegaconf import DictConfig, OmegaConf
 from ray_cluster import CLUSTER_FILE, NodeCluster, check_policies_on_nodes, start_node_cluster
 
 from verl_mas.main import CONFIG_DIR
-from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported
+from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported, mas_config_of
 from verl_mas.verl_engine.diagnostics import PhaseCheck, UpdateRecorder
-from verl_mas.verl_engine.placement import PolicyPoolManager, check_nodes, policy_pool_manager
+from verl_mas.verl_engine.placement import PolicyPoolManager, check_logical_cpus, check_nodes, policy_pool_manager
 from verl_mas.verl_engine.shared_folders import (
     CODE_CACHE_VARIABLE,
     SharedFolder,
@@ -316,3 +316,41 @@ def test_per_role_pinned_to_two_nodes_trains_and_resumes(two_nodes: NodeCluster,
         f"two nodes {two_nodes.node_ids}; killed launch {killed.wall_s:.0f} s, resumed {resumed.wall_s:.0f} s; "
         f"actors {json.dumps(second)}"
     )
+
+
+def transfer_queue(backend: str = "SimpleStorage", units: int = 1) -> DictConfig:
+    storage = {"SimpleStorage": {"num_data_storage_units": units}}
+    return OmegaConf.create({"backend": {"storage_backend": backend, **storage}})
+
+
+@pytest.mark.parametrize(
+    ("spec", "queue", "needed"),
+    [
+        ({"mas_a_pool": [1], "mas_b_pool": [1], "mas_c_pool": [1]}, transfer_queue(), 3 * 3 + 1 + 1),
+        ({"mas_a_pool": [2, 2], "reward_pool": [1]}, transfer_queue(units=8), 3 * 5 + 1 + 8),
+        ({"mas_a_pool": [4]}, transfer_queue("MooncakeStore", units=8), 3 * 4 + 1),  # no storage units of its own
+    ],
+)
+def test_the_logical_cpus_a_run_needs_are_its_bundles_and_transfer_queue_s(spec, queue, needed):
+    manager = PolicyPoolManager(resource_pool_spec=spec, mapping={})
+    check_logical_cpus(manager, queue, cluster_cpus=needed)  # exactly enough
+    message = rf"^ray_kwargs\.ray_init\.num_cpus: Ray has {needed - 1} .* needs {needed}"
+    with pytest.raises(MasConfigError, match=message):
+        check_logical_cpus(manager, queue, cluster_cpus=needed - 1)
+
+
+def cpu_profile(overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        return compose("mas_trainer", overrides=["mas.env=plan_path", "+platform=cpu", *overrides])
+
+
+def test_the_cpu_profile_holds_two_policies_and_names_the_key_for_a_third_slot():
+    # two policies (per_role on Plan-Path) fill the profile's logical CPUs exactly: 3 a slot and 2 for TransferQueue
+    config = cpu_profile(["mas.router=per_role", "trainer.n_gpus_per_node=2", "ray_kwargs.ray_init.num_gpus=2"])
+    manager = policy_pool_manager(config, mas_config_of(config))
+    cpus = config.ray_kwargs.ray_init.num_cpus
+    check_logical_cpus(manager, config.transfer_queue, cpus)
+    config = cpu_profile(["trainer.n_gpus_per_node=3", "ray_kwargs.ray_init.num_gpus=3"])  # one policy, 3 slots
+    manager = policy_pool_manager(config, mas_config_of(config))
+    with pytest.raises(MasConfigError, match=rf"Ray has {cpus} logical CPUs and the run needs 11: .* raise it to 11"):
+        check_logical_cpus(manager, config.transfer_queue, cpus)
