@@ -142,13 +142,14 @@ def replication_bar(seeds: dict[int, float]) -> str:
 
 
 def replication_seed_table(routers: dict[str, dict[int, dict]]) -> str:
-    """Per router, seed and engine, at the budget: the sampled and greedy change from step 0 (SE, 95%) and the
-    sampled change's two parts (SE)."""
+    """Per router, seed and engine: the warm start's success (step 0), and at the budget the sampled and greedy change
+    from step 0 (SE, 95%) and the sampled change's two parts (SE)."""
     lines = [
         [
             "router",
             "seed",
             "engine",
+            "step 0, sampled / greedy",
             "sampled change (SE) [95%]",
             "greedy change (SE) [95%]",
             "sampled, boards unsolved greedily before RL (SE)",
@@ -161,7 +162,10 @@ def replication_seed_table(routers: dict[str, dict[int, dict]]) -> str:
                 split = gain_split(record, engine, BUDGET[router])
                 modes = [summary_text(change(record, engine, BUDGET[router], mode)) for mode in ("sampled", "greedy")]
                 parts = [mean_se_text(split[part]["mean"], split[part]["se"]) for part in ("new", "solved")]
-                lines.append([f"`{router}`", str(seed), engine, *modes, *parts])
+                start = "/".join(
+                    number(sum(v) / len(v)) for v in (per_board(record, engine, 0, m) for m in ("sampled", "greedy"))
+                )
+                lines.append([f"`{router}`", str(seed), engine, start.replace("/", " / "), *modes, *parts])
     return markdown_table(lines)
 
 

@@ -69,3 +69,11 @@ def test_replication_records_are_found_by_seed_and_missing_runs_are_named(tmp_pa
     note = figures.replication_note({"per_role": found, "shared": {}})
     assert "`per_role` 2 (seed 0, 2)" in note
     assert "**Interim**: not yet run: `per_role` seed 1, `shared` seed 0, `shared` seed 1, `shared` seed 2." in note
+
+
+def test_each_seeds_row_shows_its_warm_start_and_its_changes():
+    table = figures.replication_seed_table({"per_role": {1: record(LOCAL, VERL)}})
+    # step 0: sampled (1 + 1/2) / 4 = 0.375, greedy 2 / 4; local at 100: sampled +0.375, split +0.250 / +0.125
+    row = next(line for line in table.splitlines() if "| local |" in line)
+    assert row.startswith("| `per_role` | 1 | local | 0.375 / 0.500 | +0.375 (")
+    assert row.endswith("| +0.250 (0.144) | +0.125 (0.125) |")
