@@ -563,23 +563,20 @@ def test_the_guard_stops_a_run_whose_server_holds_each_role_s_adapter_under_the_
 
 
 USER_ENV_MODULE = "user_plan_path"
-# a user's environment that no registry or entry point names: Plan-Path noting each reset's process and task
+# a user's environment that no registry or entry point names: Plan-Path noting each reset's process and task in a
+# file beside its module (its options are Plan-Path's: the data rows' options are checked against them)
 USER_ENV_SOURCE = """
 import os
+from pathlib import Path
 
 from verl_mas_envs.puzzles.plan_path import PlanPathEnv
 
 
 class TracedPlanPath(PlanPathEnv):
-    def __init__(self, trace: str = "", **options):
-        super().__init__(**options)
-        self.trace = trace
-
     def reset(self, task):
         super().reset(task)
-        if self.trace:
-            with open(self.trace, "a", encoding="utf-8") as out:
-                out.write(f"{os.getpid()} {task.uid}\\n")
+        with open(Path(__file__).with_name("resets.txt"), "a", encoding="utf-8") as out:
+            out.write(f"{os.getpid()} {task.uid}\\n")
 """
 
 
@@ -592,15 +589,13 @@ def test_an_environment_named_by_its_import_path_serves_verl_s_rollouts(stack, m
     (folder / f"{USER_ENV_MODULE}.py").write_text(USER_ENV_SOURCE)
     monkeypatch.syspath_prepend(str(folder))  # this process writes the data rows, naming the class by its path
     env, trace = f"{USER_ENV_MODULE}:TracedPlanPath", folder / "resets.txt"
-    options = ENV_OPTIONS | {"trace": str(trace)}
-    write_dataset(env, folder / "data", n_train=8, n_eval=4, seed=0, options=options)
+    write_dataset(env, folder / "data", n_train=8, n_eval=4, seed=0, options=ENV_OPTIONS)
     trace.unlink(missing_ok=True)  # resets made while writing the data, in this process
     run = launch(
         stack,
         "import_path",
         [
             f"mas.env={env}",
-            f"+mas.env_options.trace={trace}",
             f"data.train_files={folder / 'data' / 'train.parquet'}",
             f"data.val_files={folder / 'data' / 'eval.parquet'}",
             "trainer.total_training_steps=1",
