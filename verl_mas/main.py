@@ -26,7 +26,7 @@ from verl.utils.logging_utils import configure_verl_logging
 from verl_mas import plugin  # registers the at_grpo estimator and the cpu platform in this process
 from verl_mas.dataset import read_tasks
 from verl_mas.env import get_env_class, make_env
-from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported
+from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported, mas_config_of
 from verl_mas.verl_engine.hooks import load_trainer_hooks
 
 CONFIG_DIR = Path(__file__).resolve().parent / "config"
@@ -201,12 +201,16 @@ class MasTaskRunner(TaskRunnerV1.__ray_actor_class__):
 
         import transfer_queue as tq
 
-        from verl_mas.verl_engine.trainer import AtGrpoTrainer
+        from verl_mas.verl_engine.placement import check_logical_cpus
+        from verl_mas.verl_engine.trainer import AtGrpoTrainer, run_pool_manager
 
         config.transfer_queue.enable = True
         pprint(OmegaConf.to_container(config, resolve=True))
         OmegaConf.resolve(config)
         self.config = config
+        existing = bool(config.ray_kwargs.ray_init.get("address") or os.environ.get("RAY_ADDRESS"))
+        manager = run_pool_manager(config, mas_config_of(config))  # before TransferQueue takes its CPUs
+        check_logical_cpus(manager, config.transfer_queue, ray.cluster_resources().get("CPU", 0), existing)
         tq.init(config.transfer_queue)
         succeeded = False
         try:

@@ -16,6 +16,7 @@ STACK_ORDER = (
     "test_lora_per_role_is_killed_then_resumes_from_its_checkpoint",
     "test_per_role_trains_two_policies_at_the_same_time_for_two_steps",
     "test_shared_trains_two_steps_for_real",
+    "test_a_launch_short_of_logical_cpus_stops_at_start_naming_the_key",
 )
 
 

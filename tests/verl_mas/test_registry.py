@@ -103,6 +103,7 @@ NOT_AN_ENV = 3
 def user_module(tmp_path, monkeypatch):
     """A module only an import path reaches: written to a folder on sys.path, the registry restored afterwards."""
     (tmp_path / "user_envs_for_test.py").write_text(USER_MODULE)
+    (tmp_path / "broken_user_envs_for_test.py").write_text('raise RuntimeError("boom")\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
     return "user_envs_for_test"
@@ -121,9 +122,12 @@ def test_an_import_path_names_an_environment_no_registry_holds(user_module):
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("user_envs_for_test:Missing", r"user_envs_for_test\.Missing is None, not a MultiAgentEnv subclass"),
-        ("user_envs_for_test:NOT_AN_ENV", r"user_envs_for_test\.NOT_AN_ENV is 3, not a MultiAgentEnv"),
-        ("no_such_user_module:Env", r"cannot import module 'no_such_user_module'"),
+        ("user_envs_for_test:Missing", r"module 'user_envs_for_test' has no attribute 'Missing'"),
+        ("user_envs_for_test:NOT_AN_ENV", r"user_envs_for_test\.NOT_AN_ENV is 3, not a concrete MultiAgentEnv"),
+        ("verl_mas.env:MultiAgentEnv", r"verl_mas\.env\.MultiAgentEnv is .*, not a concrete MultiAgentEnv"),
+        ("no_such_user_module:Env", r"cannot import module 'no_such_user_module' \(ModuleNotFoundError"),
+        (".user_envs_for_test:ThreeRoles", r"cannot import module '\.user_envs_for_test' \(TypeError"),
+        ("broken_user_envs_for_test:Env", r"cannot import module 'broken_user_envs_for_test' \(RuntimeError: boom"),
         (":Env", "an import path is module:Class"),
         ("user_envs_for_test:", "an import path is module:Class"),
     ],

@@ -4,6 +4,7 @@ import paths."""
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any, TypeVar
@@ -72,11 +73,14 @@ def _imported_env(path: str) -> type[MultiAgentEnv]:
         raise KeyError(f"environment {path!r}: an import path is module:Class")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise KeyError(f"environment {path!r}: cannot import module {module_name!r} ({exc})") from None
-    cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, MultiAgentEnv)):
-        raise KeyError(f"environment {path!r}: {module_name}.{class_name} is {cls!r}, not a MultiAgentEnv subclass")
+    except Exception as exc:  # noqa: BLE001  (a missing module, a relative name, the module's own error: all named)
+        failure = f"{type(exc).__name__}: {exc}"
+        raise KeyError(f"environment {path!r}: cannot import module {module_name!r} ({failure})") from None
+    if not hasattr(module, class_name):
+        raise KeyError(f"environment {path!r}: module {module_name!r} has no attribute {class_name!r}")
+    cls = getattr(module, class_name)
+    if not (isinstance(cls, type) and issubclass(cls, MultiAgentEnv)) or inspect.isabstract(cls):
+        raise KeyError(f"environment {path!r}: {module_name}.{class_name} is {cls!r}, not a concrete MultiAgentEnv")
     return cls
 
 

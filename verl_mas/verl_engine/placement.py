@@ -101,30 +101,40 @@ def check_nodes(
             )
 
 
-def check_logical_cpus(manager: ResourcePoolManager, transfer_queue: Any, cluster_cpus: float) -> None:
-    """Ray can hold every pool's placement group beside TransferQueue: verl reserves `max_colocate_count` logical
-    CPUs per bundle (one bundle per GPU of each pool), and TransferQueue's controller and each SimpleStorage unit hold
-    one logical CPU for the whole run. With fewer, verl waits for its placement groups forever.
+def check_logical_cpus(
+    manager: ResourcePoolManager, transfer_queue: Any, cluster_cpus: float, existing_cluster: bool = False
+) -> None:
+    """The cluster has at least the logical CPUs the run holds: verl reserves `max_colocate_count` of them per bundle
+    (one bundle per GPU of each pool), and TransferQueue's controller and each SimpleStorage unit hold one for the
+    whole run. With fewer, verl (or TransferQueue, started first) waits for them forever. Necessary, not sufficient:
+    each placement group packs onto one node, which this total over the cluster does not check.
 
     Args:
         manager: the run's pool manager (`resource_pool_spec`: pool -> GPUs on each of its nodes).
-        transfer_queue: the `transfer_queue` config the run started TransferQueue with.
+        transfer_queue: the `transfer_queue` config the run starts TransferQueue with.
         cluster_cpus: the cluster's logical CPUs (`ray.cluster_resources()["CPU"]`).
+        existing_cluster: the run connects to a running cluster (`ray_init.address`), whose CPUs its nodes set.
 
     Raises:
-        MasConfigError: naming `ray_kwargs.ray_init.num_cpus` and the count the run needs.
+        MasConfigError: naming the key to raise (or the nodes' `ray start --num-cpus`) and the count the run needs.
     """
     bundles = sum(sum(gpus) for gpus in manager.resource_pool_spec.values())
     pools = manager.max_colocate_count * bundles
     backend = transfer_queue.backend
     units = backend.SimpleStorage.num_data_storage_units if backend.storage_backend == "SimpleStorage" else 0
     queue = 1 + units  # the controller and each storage unit
-    if pools + queue <= cluster_cpus:
+    needed = pools + queue
+    if needed <= cluster_cpus:
         return
+    where = (
+        f"start its nodes with more (`ray start --num-cpus=...`, {needed} or more in all)"
+        if existing_cluster
+        else f"raise ray_kwargs.ray_init.num_cpus to {needed} or more"
+    )
     raise MasConfigError(
-        f"ray_kwargs.ray_init.num_cpus: Ray has {cluster_cpus:g} logical CPUs and the run needs {pools + queue}: "
+        f"ray_kwargs.ray_init.num_cpus: Ray has {cluster_cpus:g} logical CPUs and the run needs {needed}: "
         f"{manager.max_colocate_count} per worker slot for {bundles} slot(s) of pools "
-        f"{sorted(manager.resource_pool_spec)}, and {queue} for TransferQueue (its controller and "
-        f"{units} storage unit(s)); raise it to {pools + queue} or more (logical CPUs: Ray schedules by them, the "
-        f"machine's cores may be fewer), or lower transfer_queue.backend.SimpleStorage.num_data_storage_units"
+        f"{sorted(manager.resource_pool_spec)}, and {queue} for TransferQueue (its controller and {units} storage "
+        f"unit(s)); {where} (logical CPUs: Ray schedules by them, the machine's cores may be fewer), or lower "
+        f"transfer_queue.backend.SimpleStorage.num_data_storage_units"
     )

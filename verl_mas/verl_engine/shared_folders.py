@@ -19,6 +19,7 @@ import ray
 from omegaconf import DictConfig, OmegaConf
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from verl_mas.env import get_env_class
 from verl_mas.verl_engine.config import MasConfig, MasConfigError
 from verl_mas.verl_engine.diagnostics import PhaseCheck, UpdateRecorder
 from verl_mas.verl_engine.hooks import HOOKS_KEY, TARGET_KEY
@@ -71,7 +72,7 @@ def shared_folders(config: DictConfig, mas: MasConfig, environ: Mapping[str, str
                 "it against their own working directory: give an absolute path on storage every node mounts"
             )
         folders.append(SharedFolder(key, os.path.dirname(path) if is_file else path))
-    if mas.env == CODE_ENV:
+    if issubclass(get_env_class(mas.env), get_env_class(CODE_ENV)):  # by name, by import path, or a subclass
         cache = environ.get(CODE_CACHE_VARIABLE)
         if not cache or not os.path.isabs(cache):
             raise MasConfigError(

@@ -20,6 +20,7 @@ from verl.single_controller.ray import (
     RayClassWithInitArgs,
     RayResourcePool,
     RayWorkerGroup,
+    ResourcePoolManager,
 )
 from verl.trainer.ppo.ray_trainer import apply_kl_penalty
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
@@ -53,7 +54,7 @@ from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_support
 from verl_mas.verl_engine.guard import check_on_policy, gap_metrics, logprob_gaps
 from verl_mas.verl_engine.hooks import TrainerHook, load_trainer_hooks
 from verl_mas.verl_engine.phases import PolicySpan, SplitWorkerGroup, prime_dispatch_layout, run_phase
-from verl_mas.verl_engine.placement import check_logical_cpus, policy_pool_manager
+from verl_mas.verl_engine.placement import policy_pool_manager
 from verl_mas.verl_engine.policies import (
     PolicyActorRolloutRefWorker,
     PolicyLLMServerManager,
@@ -66,6 +67,12 @@ from verl_mas.verl_engine.policies import (
 from verl_mas.verl_engine.routing import PolicyRoutingClient
 from verl_mas.verl_engine.shared_folders import check_shared_folders
 from verl_mas.verl_engine.timeline import append_records
+
+
+def run_pool_manager(config: DictConfig, mas: MasConfig) -> ResourcePoolManager:
+    """The run's resource pools: one group of adapters on every GPU (`mas.lora_per_role`), else one pool per policy,
+    pinned by `mas.policies.*` (checked against Ray's nodes)."""
+    return adapter_pool_manager(config) if mas.lora_per_role else policy_pool_manager(config, mas)
 
 
 class AtGrpoTrainer(PPOTrainerSync):
@@ -151,11 +158,7 @@ class AtGrpoTrainer(PPOTrainerSync):
                 for p, s in self.mas.policy_settings().items()
             }
             worker_class = PolicyActorRolloutRefWorker
-        if self.lora_per_role:
-            self.resource_pool_manager = adapter_pool_manager(self.config)
-        else:
-            self.resource_pool_manager = policy_pool_manager(self.config, self.mas)  # pinned by mas.policies.*
-        check_logical_cpus(self.resource_pool_manager, self.config.transfer_queue, ray.cluster_resources()["CPU"])
+        self.resource_pool_manager = run_pool_manager(self.config, self.mas)
         self.resource_pool_manager.create_resource_pool()
         pools = {p: self.resource_pool_manager.resource_pool_dict[policy_pool_name(p)] for p in gpus}
         for policy, policy_config in configs.items():

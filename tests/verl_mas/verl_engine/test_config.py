@@ -64,7 +64,7 @@ def test_an_omegaconf_node_is_accepted():
         (mas(env="nope"), r"^mas\.env: unknown environment 'nope'; known: (?=.*plan_path)(?=.*sokoban)(?=.*sudoku)"),
         (mas(env=3), r"^mas\.env must be an environment name, got 3"),
         (mas(env="no_such_pkg.games:Game"), r"^mas\.env: environment 'no_such_pkg\.games:Game': cannot import module"),
-        (mas(env="verl_mas.env:Task"), r"^mas\.env: environment 'verl_mas\.env:Task': .* not a MultiAgentEnv subclass"),
+        (mas(env="verl_mas.env:Task"), r"^mas\.env: environment 'verl_mas\.env:Task': .* not a concrete MultiAgentEnv"),
         (mas(env_options={"bogus": 1}), r"^mas\.env_options: bad options for environment 'sudoku'.*'bogus'"),
         (mas(env_options={"single_agent": "yes"}), r"^mas\.env_options: .*single_agent must be true or false"),
         (mas(env_options=["size"]), r"^mas\.env_options must be a mapping"),

@@ -408,6 +408,19 @@ def test_per_role_trains_two_policies_at_the_same_time_for_two_steps(stack):
     assert validation_steps(logged) == [2]
 
 
+def test_a_launch_short_of_logical_cpus_stops_at_start_naming_the_key(stack):
+    # one policy of one worker slot holds 3 logical CPUs and TransferQueue 2 (its controller, the profile's one
+    # storage unit): with 4, verl would wait for its placement group forever; the task runner stops before anything
+    run = launch(stack, "short_of_cpus", ["ray_kwargs.ray_init.num_cpus=4"], succeed=False)
+    log = run.log()
+    assert run.returncode != 0, log[-4000:]
+    needed = "ray_kwargs.ray_init.num_cpus: Ray has 4 logical CPUs and the run needs 5: 3 per worker slot for 1 slot"
+    assert needed in log, log[-4000:]
+    assert "raise ray_kwargs.ray_init.num_cpus to 5 or more" in log
+    assert not run.audit()  # no step ran
+    print(f"short of logical CPUs: stopped after {run.wall_s:.0f} s")
+
+
 def lora_weights(checkpoint: Path) -> dict[str, dict[str, torch.Tensor]]:
     """A `mas.lora_per_role` checkpoint's weights by owner: "base", verl's own adapter "default", each role's adapter
     (peft's names: `...lora_A.<adapter>.weight`)."""
@@ -557,6 +570,7 @@ def test_the_guard_stops_a_run_whose_server_holds_each_role_s_adapter_under_the_
     named = dict(re.findall(r"role '(\w+)' \(adapter '(\w+)'\): ", stopped.group(1)))
     assert named == {role: role for role in POLICIES}, stopped.group(1)
     gaps = [float(g) for g in re.findall(r"\): ([-+.\deE]+)", stopped.group(1))]
+    assert len(gaps) == len(POLICIES), stopped.group(1)  # a NaN gap would not parse
     served_right = [step_one[f"mas/{role}/logprob_gap"] for role in POLICIES]
     print(f"wrong adapter served: step-2 gaps {gaps}, against step 1's {served_right} served right")
     assert min(gaps) > bound

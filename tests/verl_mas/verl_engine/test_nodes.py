@@ -208,8 +208,9 @@ def test_a_relative_path_is_refused_naming_its_key(config, timeline, key):
         shared_folders(config, mas(timeline=timeline), environ={})
 
 
-def test_a_code_run_needs_one_named_case_cache():
-    code = MasConfig.from_mapping({"env": "code"})
+@pytest.mark.parametrize("env", ["code", "verl_mas_envs.code.env:CodeEnv"])  # by its name or its import path
+def test_a_code_run_needs_one_named_case_cache(env):
+    code = MasConfig.from_mapping({"env": env})
     for environ in ({}, {CODE_CACHE_VARIABLE: "cache"}):
         with pytest.raises(MasConfigError, match=rf"^{CODE_CACHE_VARIABLE}=.*\+ray_kwargs\.ray_init\.runtime_env"):
             shared_folders(trainer_config(), code, environ=environ)
@@ -352,5 +353,9 @@ def test_the_cpu_profile_holds_two_policies_and_names_the_key_for_a_third_slot()
     check_logical_cpus(manager, config.transfer_queue, cpus)
     config = cpu_profile(["trainer.n_gpus_per_node=3", "ray_kwargs.ray_init.num_gpus=3"])  # one policy, 3 slots
     manager = policy_pool_manager(config, mas_config_of(config))
-    with pytest.raises(MasConfigError, match=rf"Ray has {cpus} logical CPUs and the run needs 11: .* raise it to 11"):
+    message = rf"Ray has {cpus} logical CPUs and the run needs 11: .* raise ray_kwargs\.ray_init\.num_cpus to 11 or"
+    with pytest.raises(MasConfigError, match=message):
         check_logical_cpus(manager, config.transfer_queue, cpus)
+    # on a cluster the run connects to, its nodes set the CPUs (Ray refuses num_cpus there)
+    with pytest.raises(MasConfigError, match=r"needs 11: .* start its nodes with more \(`ray start --num-cpus=\.\.\.`"):
+        check_logical_cpus(manager, config.transfer_queue, cpus, existing_cluster=True)
