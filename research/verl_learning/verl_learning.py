@@ -155,35 +155,50 @@ class LoadSampler:
 
 
 def local_config(
-    args: argparse.Namespace, out: Path, lr: float | None = None, rank: int | None = None
+    args: argparse.Namespace,
+    out: Path,
+    lr: float | None = None,
+    rank: int | None = None,
+    targets: tuple[str, ...] | None = None,
 ) -> LocalTrainConfig:
-    """The local run's config; under L2 the preset's LoRA settings, with `lr` and `rank` in their place where given."""
+    """The local run's config; under L2 the preset's LoRA settings, with `lr`, `rank` and the adapted modules
+    (`targets`) in their place where given."""
     keys = {"router": args.router, "checkpoint_every": args.eval_every, "output_dir": str(out)}
     if args.router == LORA_ROUTER:  # the preset's router (per_role) and LoRA settings; its output folder is ours
         keys |= {k: v for k, v in PRESETS[LORA_ROUTER].overrides.items() if k != "output_dir"}
         keys |= {"update": {"lr": lr}} if lr is not None else {}
-        keys |= {"lora": {"rank": rank}} if rank is not None else {}
+        lora = ({"rank": rank} if rank is not None else {}) | ({"target_modules": targets} if targets else {})
+        keys["lora"] = keys.get("lora", {}) | lora  # over the preset's LoRA keys, not in their place
     return apply_overrides(LocalTrainConfig(), comparison_keys(args) | keys)
 
 
 def lora_variant(config: LocalTrainConfig) -> str:
-    """The suffix of an L2 run's work folder and record: "" at the preset's lr and rank and the first L2 budget (the
-    first L2 runs' names), else its lr and rank (`_lr0.001_r16`) and its budget (`_steps200`), so that runs at other
-    settings never reuse or overwrite those: the local engine trains afresh into a folder that holds checkpoints, over
-    a shorter run's."""
+    """The suffix of an L2 run's work folder and record: "" at the preset's lr, rank and adapted modules and the first
+    L2 budget (the first L2 runs' names), else its lr and rank (`_lr0.001_r16`), its budget (`_steps200`) and its
+    modules (`_targets-q_proj-...-down_proj`), so that runs at other settings never reuse or overwrite those: the
+    local engine trains afresh into a folder that holds checkpoints, over a shorter run's."""
     if not config.lora.rank:
         return ""
     preset = apply_overrides(LocalTrainConfig(), PRESETS[LORA_ROUTER].overrides)
     name = ""
     if (config.update.lr, config.lora.rank) != (preset.update.lr, preset.lora.rank):
         name = f"_lr{config.update.lr:g}" + (f"_r{config.lora.rank}" if config.lora.rank != preset.lora.rank else "")
-    return name + ("" if config.steps == L2_FIRST_STEPS else f"_steps{config.steps}")
+    name += "" if config.steps == L2_FIRST_STEPS else f"_steps{config.steps}"
+    return name + targets_variant(config)
 
 
-def pilot_record_name(router: str, seed: int, steps: int) -> str:
+def targets_variant(config: LocalTrainConfig) -> str:
+    """`_targets-<module>-...` when an L2 run adapts other modules than the preset's, else ""."""
+    preset = apply_overrides(LocalTrainConfig(), PRESETS[LORA_ROUTER].overrides)
+    modules = config.lora.target_modules
+    return "" if not config.lora.rank or modules == preset.lora.target_modules else "_targets-" + "-".join(modules)
+
+
+def pilot_record_name(router: str, seed: int, steps: int, targets: str = "") -> str:
     """An L2 pilot's record: ROUTER_pilot_seedS.json at the first L2 budget (the second design's pilot), else with
-    `_stepsN`, so that a pilot at another budget never overwrites it."""
-    return f"{router}_pilot_seed{seed}" + ("" if steps == L2_FIRST_STEPS else f"_steps{steps}") + ".json"
+    `_stepsN`, and with its `targets_variant`, so that a pilot at another budget or on other modules never overwrites
+    it."""
+    return f"{router}_pilot_seed{seed}" + ("" if steps == L2_FIRST_STEPS else f"_steps{steps}") + targets + ".json"
 
 
 def samples_per_policy(config: LocalTrainConfig) -> int:
@@ -426,7 +441,7 @@ def warm_start(args: argparse.Namespace, root: Path) -> Path:
 def train_and_evaluate(args: argparse.Namespace) -> Path | None:
     torch.set_num_threads(args.threads)
     root = seed_work(args.seed)
-    config = local_config(args, Path(), args.lora_lr[0] if args.lora_lr else None, args.lora_rank)
+    config = local_config(args, Path(), args.lora_lr[0] if args.lora_lr else None, args.lora_rank, args.lora_targets)
     name = args.router + lora_variant(config)
     work = root / name
     config = apply_overrides(config, {"output_dir": str(work / "local")})
@@ -475,10 +490,21 @@ def train_and_evaluate(args: argparse.Namespace) -> Path | None:
         + " ".join(
             f"--{k.replace('_', '-')} {v}"
             for k, v in vars(args).items()
-            if k not in ("plot", "reuse", "engines", "verl_stopped", "local_sampler_seeds", "local_only", "lora_lr")
+            if k
+            not in (
+                "plot",
+                "reuse",
+                "engines",
+                "verl_stopped",
+                "local_sampler_seeds",
+                "local_only",
+                "lora_lr",
+                "lora_targets",
+            )
             and v is not None
         )
         + (f" --lora-lr {args.lora_lr[0]:g}" if args.lora_lr else "")
+        + (f" --lora-targets {' '.join(args.lora_targets)}" if args.lora_targets else "")
         + (f" --local-sampler-seeds {' '.join(map(str, spread_runs))}" if spread_runs else ""),
         "router": args.router,
         "seed": args.seed,
@@ -548,7 +574,8 @@ def local_pilot(args: argparse.Namespace) -> Path:
         "command": "python -m research.verl_learning --local-only "
         f"--router {args.router} --steps {args.steps} --eval-every {args.eval_every} --seed {args.seed}"
         + (f" --lora-lr {' '.join(f'{lr:g}' for lr in args.lora_lr)}" if args.lora_lr else "")
-        + (f" --lora-rank {args.lora_rank}" if args.lora_rank else ""),
+        + (f" --lora-rank {args.lora_rank}" if args.lora_rank else "")
+        + (f" --lora-targets {' '.join(args.lora_targets)}" if args.lora_targets else ""),
         **{key: getattr(args, key) for key in ("router", "seed", "steps")},
         "boards": args.eval_tasks,
         "sampled_episodes_per_board": args.eval_samples,
@@ -556,7 +583,7 @@ def local_pilot(args: argparse.Namespace) -> Path:
     }
     evaluate = None
     for lr in args.lora_lr or [None]:
-        config = local_config(args, Path(), lr, args.lora_rank)
+        config = local_config(args, Path(), lr, args.lora_rank, args.lora_targets)
         work = root / (args.router + lora_variant(config))
         config = apply_overrides(config, {"output_dir": str(work / "local")})
         work.mkdir(parents=True, exist_ok=True)
@@ -568,12 +595,13 @@ def local_pilot(args: argparse.Namespace) -> Path:
         found = local_checkpoints(work / "local" / "checkpoints")
         boards = {0: warm} | {step: evaluate(weights) for step, weights in found.items()}
         arm = {"lr": config.update.lr, "rank": config.lora.rank, "alpha": config.lora.alpha, "wall_s": run["wall_s"]}
+        arm["target_modules"] = list(config.lora.target_modules)
         arm |= {"step_s": run["times"], "board_results": board_strings(boards, args.eval_samples)}
         if config.lora.rank:
             arm["base_change_max"] = base_change(found[max(found)][LORA_BASE_MODEL], start[LORA_BASE_MODEL])
         record["arms"][f"lr {config.update.lr:g}, rank {config.lora.rank}"] = arm
         args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / pilot_record_name(args.router, args.seed, args.steps)
+        path = args.out / pilot_record_name(args.router, args.seed, args.steps, targets_variant(config))
         path.write_text(json.dumps(finite_or_null(record), indent=1, allow_nan=False))
         for mode in ("sampled", "greedy"):
             c = paired(np.array(boards[max(boards)][mode]), np.array(warm[mode]))
@@ -712,6 +740,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--lora-rank", type=int, help="L2: the adapters' rank instead of the preset's")
     parser.add_argument(
+        "--lora-targets",
+        nargs="+",
+        help="L2: the modules the adapters wrap instead of the preset's (q_proj k_proj v_proj o_proj)",
+    )
+    parser.add_argument(
         "--local-only",
         action="store_true",
         help="a pilot: the local engine alone, one run per --lora-lr, into OUT/ROUTER_pilot_seedS[_stepsN].json",
@@ -732,8 +765,10 @@ def main(argv: list[str] | None = None) -> None:
         plot(paths)
         return
     args.engines = tuple(args.engines)
-    if (args.lora_lr or args.lora_rank) and args.router != LORA_ROUTER:
-        parser.error(f"--lora-lr and --lora-rank set L2's adapters: --router {LORA_ROUTER}")
+    if (args.lora_lr or args.lora_rank or args.lora_targets) and args.router != LORA_ROUTER:
+        parser.error(f"--lora-lr, --lora-rank and --lora-targets set L2's adapters: --router {LORA_ROUTER}")
+    if args.lora_targets:
+        args.lora_targets = tuple(args.lora_targets)
     if args.lora_lr and len(args.lora_lr) > 1 and not args.local_only:
         parser.error("several --lora-lr values are a pilot's arms: with --local-only")
     if args.local_only:

@@ -255,6 +255,24 @@ def test_l2_runs_at_another_budget_never_take_the_first_budgets_folders_or_recor
     assert verl_learning.pilot_record_name("lora_per_role", 3, 200) == "lora_per_role_pilot_seed3_steps200.json"
 
 
+def test_l2s_adapted_modules_replace_the_presets_and_reach_verl_the_run_names_and_the_pilot_record():
+    mlp = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    config = verl_learning.local_config(l2_args(steps=200, eval_every=25), Path("l2"), lr=1e-3, targets=mlp)
+    assert (config.lora.target_modules, config.lora.rank, config.update.lr) == (mlp, 8, 1e-3)
+    suffix = "_targets-q_proj-k_proj-v_proj-o_proj-gate_proj-up_proj-down_proj"
+    assert verl_learning.lora_variant(config) == "_lr0.001_steps200" + suffix  # never the third design's folder
+    assert verl_learning.targets_variant(config) == suffix
+    overrides = verl_learning.verl_command(config, l2_args(eval_every=25), Path("m"), Path("d"), Path("o"))
+    assert f"actor_rollout_ref.model.target_modules=[{','.join(mlp)}]" in overrides
+    assert verl_learning.pilot_record_name("lora_per_role", 3, 200, suffix) == (
+        f"lora_per_role_pilot_seed3_steps200{suffix}.json"
+    )
+    # the preset's modules named explicitly are the preset: no suffix, the earlier runs' folders
+    preset_modules = ("q_proj", "k_proj", "v_proj", "o_proj")
+    same = verl_learning.local_config(l2_args(eval_every=25), Path("l2"), targets=preset_modules)
+    assert verl_learning.lora_variant(same) == "" and verl_learning.targets_variant(same) == ""
+
+
 def test_replication_seeds_have_their_own_work_folder_and_records():
     assert verl_learning.seed_work(0) == verl_learning.WORK
     assert verl_learning.seed_work(2) == verl_learning.WORK / "seed_2"
@@ -265,8 +283,9 @@ def test_replication_seeds_have_their_own_work_folder_and_records():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--router", "shared", "--lora-lr", "1e-3"], "--lora-lr and --lora-rank set L2's adapters"),
-        (["--router", "per_role", "--lora-rank", "16", "--local-only"], "--lora-lr and --lora-rank set L2's adapters"),
+        (["--router", "shared", "--lora-lr", "1e-3"], "--lora-rank and --lora-targets set L2's adapters"),
+        (["--router", "per_role", "--lora-rank", "16", "--local-only"], "--lora-rank and --lora-targets set L2's"),
+        (["--router", "shared", "--lora-targets", "q_proj"], "--lora-lr, --lora-rank and --lora-targets set L2's"),
         (["--router", "lora_per_role", "--lora-lr", "1e-3", "3e-3"], "several --lora-lr values are a pilot's arms"),
     ],
 )
@@ -313,4 +332,17 @@ def test_the_pilot_trains_and_reads_each_arm_in_its_own_folder(monkeypatch, tmp_
     arm = record["arms"]["lr 0.001, rank 8"]
     assert arm["board_results"] == {"0": {"greedy": "00", "sampled": "00"}, "2": {"greedy": "10", "sampled": "10"}}
     assert (arm["lr"], arm["rank"], arm["alpha"], arm["base_change_max"]) == (1e-3, 8, 16.0, 0.0)
+    assert arm["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj"]
     assert record["arms"]["lr 0.003, rank 8"]["base_change_max"] == 0.5  # a moved base is reported, not hidden
+    # other adapted modules: their own folder and record, named in the arm and the command
+    verl_learning.main(
+        [*argv, "--lora-lr", "1e-3", "--lora-targets", "q_proj", "v_proj", "--out", str(tmp_path / "out")]
+    )
+    assert trained[-1] == (1e-3, "lora_per_role_lr0.001_steps2_targets-q_proj-v_proj")
+    narrow = json.loads((tmp_path / "out" / "lora_per_role_pilot_seed3_steps2_targets-q_proj-v_proj.json").read_text())
+    assert narrow["command"].endswith("--lora-lr 0.001 --lora-targets q_proj v_proj")
+    assert narrow["arms"]["lr 0.001, rank 8"]["target_modules"] == ["q_proj", "v_proj"]
+    assert list(json.loads((tmp_path / "out" / "lora_per_role_pilot_seed3_steps2.json").read_text())["arms"]) == [
+        "lr 0.001, rank 8",
+        "lr 0.003, rank 8",
+    ]  # the first pilot's record is untouched
