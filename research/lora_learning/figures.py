@@ -25,6 +25,10 @@ PILOT = "lora_per_role_pilot_seed3"  # L2's second design: the local pilot that 
 SELECTABLE_LRS = (1e-3, 3e-3)  # the pilot's arms the selection rule chooses among, smaller first (3e-4: reference)
 PILOT3 = "lora_per_role_pilot_seed3_steps200"  # L2's third design: the same pilot at 200 steps
 PILOT3_LRS = (3e-4, 1e-3)  # its rule's arms, smaller first (no reference arm)
+ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")  # the preset's adapted modules
+MLP_TARGETS = (*ATTENTION, "gate_proj", "up_proj", "down_proj")
+PILOT4 = "lora_per_role_pilot_seed3_steps200_targets-" + "-".join(MLP_TARGETS)  # L2's fourth design: the MLP too
+PILOT4_LRS = (1e-3,)
 
 
 def read(name: str) -> dict:
@@ -91,7 +95,7 @@ def pilot_table(name: str = PILOT, selectable: tuple[float, ...] = SELECTABLE_LR
             summary = change(record, arm_name, record["budget"], mode)
             cells += [summary_text(summary), f"{z(summary):+.1f}"]
         chosen = "" if arm["lr"] in selectable else " (reference)"
-        lines.append([f"lr {arm['lr']:g}, rank {arm['rank']}{chosen}", *cells, f"{arm['base_change_max']:g}"])
+        lines.append([f"{arm_label(arm)}{chosen}", *cells, f"{arm['base_change_max']:g}"])
     try:
         choice = pilot_choice(record, selectable)
         verdict = f"chosen by the rule: **{choice}**" if choice else "**no arm meets the rule: no regime tried learns**"
@@ -104,6 +108,25 @@ def pilot_table(name: str = PILOT, selectable: tuple[float, ...] = SELECTABLE_LR
     )
 
 
+def arm_label(arm: dict) -> str:
+    """An arm's lr and rank, and its adapted modules where they are not the preset's (records before the fourth
+    design name none: the preset's)."""
+    modules = tuple(arm.get("target_modules", ATTENTION))
+    return f"lr {arm['lr']:g}, rank {arm['rank']}" + ("" if modules == ATTENTION else f", {' '.join(modules)}")
+
+
+def same_start_table(later: str, earlier: str) -> str:
+    """How many boards read otherwise at step 0 in pilot record `later` than in `earlier`, greedy/sampled: 0/0 when
+    both read the same warm start with adapters at zero."""
+    first = next(iter(read(earlier)["arms"].values()))["board_results"]["0"]
+    lines = [["arm", f"boards at step 0 that read otherwise than {earlier}'s, greedy/sampled"]]
+    for arm in read(later)["arms"].values():
+        start = arm["board_results"]["0"]
+        differ = [sum(a != b for a, b in zip(start[m], first[m], strict=True)) for m in ("greedy", "sampled")]
+        lines.append([arm_label(arm), "/".join(map(str, differ))])
+    return markdown_table(lines)
+
+
 def pilot_curve_table(name: str = PILOT) -> str:
     pilot = read(name)
     steps = sorted({int(step) for arm in pilot["arms"].values() for step in arm["board_results"]})
@@ -112,7 +135,7 @@ def pilot_curve_table(name: str = PILOT) -> str:
     for arm in pilot["arms"]:
         for mode in ("sampled", "greedy"):
             readings = [per_board(record, arm, step, mode) for step in steps]
-            lines.append([f"{arm}, {mode}", *(number(sum(r) / len(r)) for r in readings)])
+            lines.append([f"{arm_label(pilot['arms'][arm])}, {mode}", *(number(sum(r) / len(r)) for r in readings)])
     return markdown_table(lines)
 
 
@@ -192,6 +215,16 @@ def tables() -> dict[str, str]:
                 "l2_pilot3_repeat": pilot3_repeat_table(),
             }
             if (DATA / f"{PILOT3}.json").exists()
+            else {}
+        ),
+        # L2's fourth design: its tables once its pilot has a record
+        **(
+            {
+                "l2_pilot4": pilot_table(PILOT4, PILOT4_LRS),
+                "l2_pilot4_curve": pilot_curve_table(PILOT4),
+                "l2_pilot4_start": same_start_table(PILOT4, PILOT3),
+            }
+            if (DATA / f"{PILOT4}.json").exists()
             else {}
         ),
         "l2_headline": l2_headline(),

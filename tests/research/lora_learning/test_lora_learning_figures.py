@@ -70,3 +70,28 @@ def test_the_third_pilots_rule_chooses_among_its_own_lrs():
     with pytest.raises(LookupError, match="lr 0.001 was not run"):  # 3e-4 does not learn, 1e-3 unfinished
         figures.pilot_choice(pilot(arm(3e-4, flat)), figures.PILOT3_LRS)
     assert figures.pilot_choice(pilot(arm(3e-4, learns)), figures.PILOT3_LRS) == "lr 0.0003"  # 1e-3 not needed
+
+
+def test_an_arm_is_named_by_its_modules_only_where_they_are_not_the_presets():
+    assert figures.arm_label({"lr": 1e-3, "rank": 8}) == "lr 0.001, rank 8"  # records before the fourth design
+    attention = {"lr": 1e-3, "rank": 8, "target_modules": list(figures.ATTENTION)}
+    assert figures.arm_label(attention) == "lr 0.001, rank 8"
+    mlp = {"lr": 1e-3, "rank": 8, "target_modules": list(figures.MLP_TARGETS)}
+    assert figures.arm_label(mlp) == "lr 0.001, rank 8, q_proj k_proj v_proj o_proj gate_proj up_proj down_proj"
+
+
+def test_the_fourth_pilots_start_is_checked_board_by_board_against_the_thirds(monkeypatch):
+    start = {"greedy": "1100", "sampled": "2100"}
+    records = {
+        "third": {"arms": {"lr 0.0003, rank 8": {"board_results": {"0": start}}}},
+        "fourth": {
+            "arms": {
+                "same": {"lr": 1e-3, "rank": 8, "board_results": {"0": start}},
+                "moved": {"lr": 3e-3, "rank": 8, "board_results": {"0": {"greedy": "1000", "sampled": "2111"}}},
+            }
+        },
+    }
+    monkeypatch.setattr(figures, "read", records.__getitem__)
+    table = figures.same_start_table("fourth", "third")
+    assert "| lr 0.001, rank 8 | 0/0 |" in table
+    assert "| lr 0.003, rank 8 | 1/2 |" in table  # one greedy board and two sampled boards differ
