@@ -69,12 +69,10 @@ def tables() -> dict[str, str]:
                 summary_text(difference_summary(shares[f"eval_sampled/{role}/invalid_move_share"][arm]))
                 for role in ("tool", "plan")
             ])
-    task = paired(runs, "mas_grpo_task", "sampled")
     n = len(select(runs, BASELINE))
     return {
         "advantages": advantage_table(ablation["advantages"]),
         "success": markdown_table(success) + f"\n\n{n} seeds, 30 steps; greedy on 64 boards, sampled 256 episodes.",
         "versus": markdown_table(versus),
         "invalid": markdown_table(invalid),
-        "headline": f"groups per task minus AT-GRPO's, sampled: {summary_text(task)}, n = {n} seeds",
     }

@@ -1,5 +1,6 @@
 """The grouping ablation page's figures (research/grouping_ablation/README.md), from data/runs.jsonl as
-research.grouping_ablation writes it: per tool cost, the validity check, each arm minus AT-GRPO, and the progress."""
+research.grouping_ablation writes it: per tool cost, the validity check, each arm minus AT-GRPO, each arm's group
+health, the progress, and the results table's headline."""
 
 from __future__ import annotations
 
@@ -14,6 +15,13 @@ ARMS = (BASELINE, "task_role", "task")
 DESIGN_SEEDS = 8
 STEPS = 200
 MODES = ("sampled", "greedy")  # the primary endpoint first
+HEALTH = {  # the group-health means each record keeps, as the page names them
+    "group_health/groups": "groups a step",
+    "group_health/singleton_share": "singleton share",
+    "group_health/zero_variance_share": "zero-variance share",
+    "group_health/mixed_prompt_share": "mixed-prompt share",
+    "group_health/prompt_offset_share": "prompt-offset share of advantage variance",
+}
 
 
 def complete_seeds(runs: list[RunCurves], cost: float) -> dict[int, dict[str, RunCurves]]:
@@ -42,14 +50,7 @@ def level_table(runs: list[RunCurves], cost: float) -> str:
     for arm in ARMS[1:]:
         lines.append(
             [f"`{arm}` minus `{BASELINE}` at step {STEPS}"]
-            + [
-                summary_text(
-                    difference_summary(
-                        [arms[arm].at(m, STEPS) - arms[BASELINE].at(m, STEPS) for arms in seeds.values()]
-                    )
-                )
-                for m in MODES
-            ]
+            + [summary_text(arm_difference(seeds, arm, mode)) for mode in MODES]
         )
     unshared = [
         str(seed)
@@ -72,6 +73,52 @@ def level_table(runs: list[RunCurves], cost: float) -> str:
     )
 
 
+def arm_difference(seeds: dict[int, dict[str, RunCurves]], arm: str, mode: str) -> dict:
+    """`arm` minus AT-GRPO at the budget, paired per seed."""
+    return difference_summary([arms[arm].at(mode, STEPS) - arms[BASELINE].at(mode, STEPS) for arms in seeds.values()])
+
+
+def gains_table(runs: list[RunCurves]) -> str:
+    """Per tool cost and arm, its own change from the shared warm start at the budget, over the complete seeds."""
+    lines = [["tool cost", "arm", *(f"{mode} change (SE) [95%]" for mode in MODES)]]
+    for cost in sorted({run.labels["tool_cost"] for run in runs}):
+        seeds = complete_seeds(runs, cost)
+        for arm in ARMS:
+            changes = [summary_text(difference_summary([gain(arms[arm], m) for arms in seeds.values()])) for m in MODES]
+            lines.append([f"{cost:g}", f"`{arm}`", *changes])
+    return (
+        markdown_table(lines) + f"\n\nStep {STEPS} minus step 0, paired per seed (the seeds with every arm finished)."
+    )
+
+
+def health_table(runs: list[RunCurves]) -> str:
+    """Per tool cost and arm, each group-health figure's mean over steps, then over the level's complete seeds."""
+    lines = [["tool cost", "arm", *HEALTH.values()]]
+    for cost in sorted({run.labels["tool_cost"] for run in runs}):
+        seeds = complete_seeds(runs, cost)
+        for arm in ARMS:
+            health = [arms[arm].labels["group_health"] for arms in seeds.values()]
+            cells = [sum(h[key] for h in health) / len(health) for key in HEALTH] if health else []
+            lines.append([f"{cost:g}", f"`{arm}`", *(f"{value:.3g}" for value in cells)])
+    return (
+        markdown_table(lines)
+        + "\n\nEach run's mean over its 200 steps, averaged over the level's seeds with every arm finished."
+    )
+
+
+def headline(runs: list[RunCurves]) -> str:
+    """The results table's line: per tool cost, AT-GRPO's sampled gain and each arm minus it, sampled."""
+    parts = []
+    for cost in sorted({run.labels["tool_cost"] for run in runs}):
+        seeds = complete_seeds(runs, cost)
+        if len(seeds) < 2:
+            continue
+        gained = summary_text(difference_summary([gain(arms[BASELINE], "sampled") for arms in seeds.values()]))
+        arms = "; ".join(f"`{arm}` minus it {summary_text(arm_difference(seeds, arm, 'sampled'))}" for arm in ARMS[1:])
+        parts.append(f"tool cost {cost:g}: AT-GRPO's gain {gained}; {arms}; n = {len(seeds)} seeds")
+    return "sampled, at step 200: " + "; ".join(parts) if parts else "no level has two seeds with every arm finished"
+
+
 def progress_table(runs: list[RunCurves]) -> str:
     costs = sorted({run.labels["tool_cost"] for run in runs})
     lines = [["tool cost", *[f"`{arm}`" for arm in ARMS], "minutes per arm (median)"]]
@@ -89,4 +136,7 @@ def tables(folder: Path = DATA) -> dict[str, str]:
         "progress": progress_table(runs),
         "cost_0": level_table(runs, 0.0),
         "cost_2": level_table(runs, 2.0),
+        "gains": gains_table(runs),
+        "health": health_table(runs),
+        "headline": headline(runs),
     }
