@@ -4,6 +4,7 @@ health, the progress, and the results table's headline."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from research.records import RUNS_FILE, RunCurves, read_runs
@@ -29,7 +30,10 @@ def complete_seeds(runs: list[RunCurves], cost: float) -> dict[int, dict[str, Ru
     by_seed: dict[int, dict[str, RunCurves]] = {}
     for run in runs:
         if run.labels["tool_cost"] == cost:
-            by_seed.setdefault(run.seed, {})[run.method] = run
+            arms = by_seed.setdefault(run.seed, {})
+            if run.method in arms:  # e.g. two processes' records merged twice: never pick one silently
+                raise ValueError(f"tool cost {cost:g}, seed {run.seed}, arm {run.method}: recorded twice")
+            arms[run.method] = run
     return {seed: arms for seed, arms in sorted(by_seed.items()) if set(arms) == set(ARMS)}
 
 
@@ -83,6 +87,8 @@ def gains_table(runs: list[RunCurves]) -> str:
     lines = [["tool cost", "arm", *(f"{mode} change (SE) [95%]" for mode in MODES)]]
     for cost in sorted({run.labels["tool_cost"] for run in runs}):
         seeds = complete_seeds(runs, cost)
+        if not seeds:
+            continue  # no seed of this level has every arm yet
         for arm in ARMS:
             changes = [summary_text(difference_summary([gain(arms[arm], m) for arms in seeds.values()])) for m in MODES]
             lines.append([f"{cost:g}", f"`{arm}`", *changes])
@@ -96,9 +102,11 @@ def health_table(runs: list[RunCurves]) -> str:
     lines = [["tool cost", "arm", *HEALTH.values()]]
     for cost in sorted({run.labels["tool_cost"] for run in runs}):
         seeds = complete_seeds(runs, cost)
+        if not seeds:
+            continue  # no seed of this level has every arm yet
         for arm in ARMS:
             health = [arms[arm].labels["group_health"] for arms in seeds.values()]
-            cells = [sum(h[key] for h in health) / len(health) for key in HEALTH] if health else []
+            cells = [sum(h[key] for h in health) / len(health) for key in HEALTH]
             lines.append([f"{cost:g}", f"`{arm}`", *(f"{value:.3g}" for value in cells)])
     return (
         markdown_table(lines)
@@ -125,8 +133,8 @@ def progress_table(runs: list[RunCurves]) -> str:
     for cost in costs:
         mine = [run for run in runs if run.labels["tool_cost"] == cost]
         counts = [str(sum(run.method == arm for run in mine)) for arm in ARMS]
-        minutes = sorted(run.labels["wall_s"] / 60 for run in mine)
-        lines.append([f"{cost:g}", *counts, f"{minutes[len(minutes) // 2]:.1f}"])
+        minutes = statistics.median(run.labels["wall_s"] / 60 for run in mine)
+        lines.append([f"{cost:g}", *counts, f"{minutes:.1f}"])
     return markdown_table(lines) + f"\n\nSeeds finished per arm, of {DESIGN_SEEDS}."
 
 

@@ -224,7 +224,7 @@ def tables() -> dict[str, str]:
                 "l2_pilot4_curve": pilot_curve_table(PILOT4),
                 "l2_pilot4_start": same_start_table(PILOT4, PILOT3),
             }
-            if (DATA / f"{PILOT4}.json").exists()
+            if (DATA / f"{PILOT4}.json").exists() and (DATA / f"{PILOT3}.json").exists()
             else {}
         ),
         "l2_headline": l2_headline(),

@@ -1,6 +1,8 @@
 """research.grouping_ablation.figures: the paired tables, group health and headline, on hand-made runs against
 hand-computed values."""
 
+import pytest
+
 from research.grouping_ablation import figures
 from research.records import RunCurves
 
@@ -44,7 +46,9 @@ def test_each_arm_is_paired_with_at_grpo_over_the_seeds_whose_arms_all_finished(
 
 def test_each_arms_own_change_is_paired_over_the_complete_seeds():
     table = figures.gains_table(runs())
-    assert "| 0 | `task` | -0.050 (0.050) [-0.685, +0.585] | +0.000 (0.000) [+0.000, +0.000] |" in table  # -0.1 and 0.0; greedy flat
+    assert (
+        "| 0 | `task` | -0.050 (0.050) [-0.685, +0.585] | +0.000 (0.000) [+0.000, +0.000] |" in table
+    )  # -0.1 and 0.0; greedy flat
     assert "| 0 | `task_role_turn` | +0.300 (0.100)" in table  # seed 2's +0.8 is left out
 
 
@@ -61,3 +65,23 @@ def test_the_headline_gives_each_levels_gain_and_arm_differences():
     assert "`task` minus it -0.350 (0.050)" in line and line.count("n = 2 seeds") == 2
     assert "tool cost 2: AT-GRPO's gain +0.000 (0.000)" in line
     assert figures.headline(runs()[:4]) == "no level has two seeds with every arm finished"  # no interval yet
+
+
+def test_a_run_recorded_twice_is_refused_not_picked():
+    twice = [*runs(), run("task", 1, (0.2, 0.9), 0.0)]
+    with pytest.raises(ValueError, match="tool cost 0, seed 1, arm task: recorded twice"):
+        figures.level_table(twice, 0.0)
+
+
+def test_a_level_without_a_complete_seed_has_no_rows_yet():
+    started = [*runs(), run("task_role_turn", 0, (0.4, 0.5), 0.1, cost=2.0)]  # cost 2: one arm of one seed
+    for table in (figures.gains_table(started), figures.health_table(started)):
+        assert "| 0 | `task` |" in table and "| 2 |" not in table
+
+
+def test_the_progress_table_gives_the_median_minutes_of_a_levels_runs():
+    timed = [
+        RunCurves("e", arm, 0, greedy=(), labels={"tool_cost": 0.0, "wall_s": minutes * 60})
+        for arm, minutes in zip(("task_role_turn", "task_role", "task", "task"), (1, 2, 4, 8), strict=True)
+    ]
+    assert "| 0 | 1 | 1 | 2 | 3.0 |" in figures.progress_table(timed)  # (2 + 4) / 2, not the upper middle 4
