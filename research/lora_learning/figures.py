@@ -18,6 +18,7 @@ from research.verl_learning.figures import (
     time_rows,
     verl_minus_local,
 )
+from verl_mas.local.config import LoraSpec
 
 DATA = Path(__file__).resolve().parent / "data"
 ROUTER = "lora_per_role"
@@ -25,7 +26,7 @@ PILOT = "lora_per_role_pilot_seed3"  # L2's second design: the local pilot that 
 SELECTABLE_LRS = (1e-3, 3e-3)  # the pilot's arms the selection rule chooses among, smaller first (3e-4: reference)
 PILOT3 = "lora_per_role_pilot_seed3_steps200"  # L2's third design: the same pilot at 200 steps
 PILOT3_LRS = (3e-4, 1e-3)  # its rule's arms, smaller first (no reference arm)
-ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")  # the preset's adapted modules
+ATTENTION = LoraSpec().target_modules  # the modules the preset adapts (attention's projections)
 MLP_TARGETS = (*ATTENTION, "gate_proj", "up_proj", "down_proj")
 PILOT4 = "lora_per_role_pilot_seed3_steps200_targets-" + "-".join(MLP_TARGETS)  # L2's fourth design: the MLP too
 PILOT4_LRS = (1e-3,)

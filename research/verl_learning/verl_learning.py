@@ -172,6 +172,11 @@ def local_config(
     return apply_overrides(LocalTrainConfig(), comparison_keys(args) | keys)
 
 
+def lora_preset() -> LocalTrainConfig:
+    """The local `lora_per_role` preset's config: the settings an L2 run's names are told apart from."""
+    return apply_overrides(LocalTrainConfig(), PRESETS[LORA_ROUTER].overrides)
+
+
 def lora_variant(config: LocalTrainConfig) -> str:
     """The suffix of an L2 run's work folder and record: "" at the preset's lr, rank and adapted modules and the first
     L2 budget (the first L2 runs' names), else its lr and rank (`_lr0.001_r16`), its budget (`_steps200`) and its
@@ -179,7 +184,7 @@ def lora_variant(config: LocalTrainConfig) -> str:
     local engine trains afresh into a folder that holds checkpoints, over a shorter run's."""
     if not config.lora.rank:
         return ""
-    preset = apply_overrides(LocalTrainConfig(), PRESETS[LORA_ROUTER].overrides)
+    preset = lora_preset()
     name = ""
     if (config.update.lr, config.lora.rank) != (preset.update.lr, preset.lora.rank):
         name = f"_lr{config.update.lr:g}" + (f"_r{config.lora.rank}" if config.lora.rank != preset.lora.rank else "")
@@ -189,9 +194,10 @@ def lora_variant(config: LocalTrainConfig) -> str:
 
 def targets_variant(config: LocalTrainConfig) -> str:
     """`_targets-<module>-...` when an L2 run adapts other modules than the preset's, else ""."""
-    preset = apply_overrides(LocalTrainConfig(), PRESETS[LORA_ROUTER].overrides)
     modules = config.lora.target_modules
-    return "" if not config.lora.rank or modules == preset.lora.target_modules else "_targets-" + "-".join(modules)
+    return (
+        "" if not config.lora.rank or modules == lora_preset().lora.target_modules else "_targets-" + "-".join(modules)
+    )
 
 
 def pilot_record_name(router: str, seed: int, steps: int, targets: str = "") -> str:
