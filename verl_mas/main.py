@@ -214,7 +214,7 @@ class MasTaskRunner(TaskRunnerV1.__ray_actor_class__):
         tq.init(config.transfer_queue)
         succeeded = False
         try:
-            self.trainer = AtGrpoTrainer(config=config)
+            self.trainer = AtGrpoTrainer(config=config, pool_manager=manager)
             self.trainer.init()
             self.init_agent_loop_manager()
             self.trainer.fit(self.agent_loop_manager)

@@ -97,8 +97,11 @@ class AtGrpoTrainer(PPOTrainerSync):
     keeps verl's checkpoint layout: `several_policies` forks only where verl's single-policy machinery differs.
     """
 
-    def __init__(self, config: DictConfig):
+    def __init__(self, config: DictConfig, pool_manager: ResourcePoolManager):
+        """`pool_manager`: the run's pools (`run_pool_manager`), which the task runner built to check the cluster's
+        logical CPUs; several policies are placed in them, one policy in the pools verl builds."""
         self.mas: MasConfig = mas_config_of(config)
+        self.pool_manager = pool_manager
         check_supported(config, self.mas)
         self.router: PolicyRouter = self.mas.policy_router()
         self.policies: dict[str, PolicyRuntime] = {}
@@ -158,7 +161,7 @@ class AtGrpoTrainer(PPOTrainerSync):
                 for p, s in self.mas.policy_settings().items()
             }
             worker_class = PolicyActorRolloutRefWorker
-        self.resource_pool_manager = run_pool_manager(self.config, self.mas)
+        self.resource_pool_manager = self.pool_manager
         self.resource_pool_manager.create_resource_pool()
         pools = {p: self.resource_pool_manager.resource_pool_dict[policy_pool_name(p)] for p in gpus}
         for policy, policy_config in configs.items():
