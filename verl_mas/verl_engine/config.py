@@ -345,6 +345,11 @@ def check_supported(config: DictConfig, mas: MasConfig) -> None:
             "actor_rollout_ref.rollout.calculate_log_probs=false: the on-policy guard (mas.max_logprob_gap) compares "
             "the sampler's log-probs with the actor's; keep them, or set mas.max_logprob_gap=null"
         )
+    if config.reward.num_workers == 0 and config.reward.reward_model.enable:
+        raise MasConfigError(
+            "reward.num_workers=0 with reward.reward_model.enable=true: verl scores with its reward model through "
+            "its reward workers; give it at least one"
+        )
     if mas.lora_per_role:
         model = config.actor_rollout_ref.model
         if not model.get("lora_rank", 0) > 0:

@@ -1,5 +1,6 @@
 """The on-policy guard on hand-made batches (each role's mean sampler-vs-actor log-prob gap, a role served by the
-wrong adapter stops the run naming it), and the `mas:` keys of LoRA per role and of the guard."""
+wrong adapter stops the run naming it), the `mas:` keys of LoRA per role and of the guard, and a run without reward
+workers."""
 
 from __future__ import annotations
 
@@ -133,3 +134,13 @@ def test_the_guard_needs_the_samplers_log_probs():
     with pytest.raises(MasConfigError, match=r"^actor_rollout_ref\.rollout\.calculate_log_probs=false: the on-policy"):
         checked([no_log_probs])
     assert checked([no_log_probs, "mas.max_logprob_gap=null"]).max_logprob_gap is None
+
+
+def test_no_reward_workers_is_refused_only_when_a_reward_model_needs_them():
+    # the CPU profile starts none (mas_agent's environment scores every sample); verl's reward model scores through them
+    assert checked(["+platform=cpu"]) is not None
+    with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+        assert compose("mas_trainer", overrides=["+platform=cpu"]).reward.num_workers == 0
+    with pytest.raises(MasConfigError, match=r"^reward\.num_workers=0 with reward\.reward_model\.enable=true: "):
+        checked(["+platform=cpu", "reward.reward_model.enable=true"])
+    assert checked(["+platform=cpu", "reward.reward_model.enable=true", "reward.num_workers=1"]) is not None
