@@ -398,7 +398,7 @@ def test_every_recipe_composes_with_the_cpu_platform(env, tmp_path):
     assert rollout.name == "vllm" and rollout.tensor_model_parallel_size == 1
     assert rollout.free_cache_engine is False and rollout.enable_sleep_mode is False and rollout.enforce_eager
     assert config.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
-    assert config.actor_rollout_ref.rollout.agent.num_workers == 1 and config.reward.num_workers == 1
+    assert config.actor_rollout_ref.rollout.agent.num_workers == 1 and config.reward.num_workers == 0
     assert config.trainer.device == "cpu" and config.trainer.n_gpus_per_node == 1
     assert config.ray_kwargs.ray_init.num_gpus == 1
     assert config.ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM == "cpu"
