@@ -179,7 +179,7 @@ async def test_verl_worker_postprocess_stores_one_row_per_sample(tokenizer, tran
         agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__
     )
     worker.tokenizer, worker.processor, worker.mm_processor_kwargs = tokenizer, None, {}
-    # no reward-loop workers, as the CPU profile runs: an output without its own score would fail here
+    # no reward-loop workers, as every verl-mas run has: an output without its own score would fail here
     worker.reward_loop_worker_handles, worker.distillation_enabled = [], False
     await worker._agent_loop_postprocess(outputs, False, **row)
 

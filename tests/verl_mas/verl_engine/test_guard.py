@@ -137,7 +137,7 @@ def test_the_guard_needs_the_samplers_log_probs():
 
 
 def test_no_reward_workers_is_refused_only_when_a_reward_model_needs_them():
-    # the CPU profile starts none (mas_agent's environment scores every sample); verl's reward model scores through them
+    # verl-mas starts none (mas_agent's environment scores every sample); verl's reward model scores through them
     with pytest.raises(MasConfigError, match=r"^reward\.num_workers=0 with reward\.reward_model\.enable=true: "):
         checked(["+platform=cpu", "reward.reward_model.enable=true"])
     assert checked(["+platform=cpu", "reward.reward_model.enable=true", "reward.num_workers=1"]) is not None

@@ -204,6 +204,7 @@ def test_run_script_launch_composes_checks_and_has_the_reference_settings(env, s
     assert config.data.apply_chat_template_kwargs.enable_thinking is False
     assert config.algorithm.adv_estimator == "at_grpo" and config.trainer.v1.trainer_mode == "sync"
     assert config.trainer.n_gpus_per_node == 8
+    assert config.reward.num_workers == 0  # mas_agent's environment scores: no idle reward-loop worker processes
     offloaded = script_name == "run_qwen3_8b.sh" and level == "per_role"
     assert config.actor_rollout_ref.actor.fsdp_config.optimizer_offload is offloaded
     team, alone = TEAMS.get(env, (("tool", "plan"), ("plan",)))
