@@ -345,10 +345,10 @@ def check_supported(config: DictConfig, mas: MasConfig) -> None:
             "actor_rollout_ref.rollout.calculate_log_probs=false: the on-policy guard (mas.max_logprob_gap) compares "
             "the sampler's log-probs with the actor's; keep them, or set mas.max_logprob_gap=null"
         )
-    if config.reward.num_workers == 0 and config.reward.reward_model.enable:
+    if config.reward.reward_model.enable:
         raise MasConfigError(
-            "reward.num_workers=0 with reward.reward_model.enable=true: verl scores with its reward model through "
-            "its reward workers; give it at least one"
+            "reward.reward_model.enable=true: every reward comes from the environment (mas_agent scores each sample "
+            "and the advantage step reads those scores), so verl's reward model would be started and never used"
         )
     if mas.lora_per_role:
         model = config.actor_rollout_ref.model
@@ -379,12 +379,6 @@ def check_supported(config: DictConfig, mas: MasConfig) -> None:
     if len(mas.policy_router().policies) > 1:
         if need_teacher_policy(config):
             raise MasConfigError("distillation.enabled: not supported with several policies")
-        reward_model = config.reward.reward_model
-        if reward_model.enable and not reward_model.enable_resource_pool:
-            raise MasConfigError(
-                "reward.reward_model.enable_resource_pool must be true with several policies: "
-                "a colocated reward model needs the single global pool"
-            )
         if config.trainer.resume_mode == "resume_path":
             raise MasConfigError(
                 "trainer.resume_mode=resume_path: with several policies use resume_mode=auto "

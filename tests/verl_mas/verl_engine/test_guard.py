@@ -1,6 +1,6 @@
 """The on-policy guard on hand-made batches (each role's mean sampler-vs-actor log-prob gap, a role served by the
-wrong adapter stops the run naming it), the `mas:` keys of LoRA per role and of the guard, and a run without reward
-workers."""
+wrong adapter stops the run naming it), the `mas:` keys of LoRA per role and of the guard, and a reward model
+refused (the environment gives every reward)."""
 
 from __future__ import annotations
 
@@ -136,8 +136,9 @@ def test_the_guard_needs_the_samplers_log_probs():
     assert checked([no_log_probs, "mas.max_logprob_gap=null"]).max_logprob_gap is None
 
 
-def test_no_reward_workers_is_refused_only_when_a_reward_model_needs_them():
-    # verl-mas starts none (mas_agent's environment scores every sample); verl's reward model scores through them
-    with pytest.raises(MasConfigError, match=r"^reward\.num_workers=0 with reward\.reward_model\.enable=true: "):
-        checked(["+platform=cpu", "reward.reward_model.enable=true"])
-    assert checked(["+platform=cpu", "reward.reward_model.enable=true", "reward.num_workers=1"]) is not None
+def test_a_reward_model_is_refused_at_start_since_the_environment_gives_every_reward():
+    # verl-mas starts no reward-loop workers either (mas_defaults: reward.num_workers=0)
+    for router in ("shared", "per_role"):
+        with pytest.raises(MasConfigError, match=r"^reward\.reward_model\.enable=true: every reward comes from"):
+            checked([f"mas.router={router}", "reward.reward_model.enable=true"])
+    checked(["reward.reward_model.enable=false"])  # verl's default starts none: accepted
