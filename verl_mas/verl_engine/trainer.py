@@ -99,9 +99,9 @@ class AtGrpoTrainer(PPOTrainerSync):
 
     def __init__(self, config: DictConfig, pool_manager: ResourcePoolManager):
         """`pool_manager`: the run's pools (`run_pool_manager`), which the task runner built to check the cluster's
-        logical CPUs; several policies are placed in them, one policy in the pools verl builds."""
+        logical CPUs; several policies are placed in them, one policy in the pools verl's own set-up builds."""
         self.mas: MasConfig = mas_config_of(config)
-        self.pool_manager = pool_manager
+        self.resource_pool_manager = pool_manager
         check_supported(config, self.mas)
         self.router: PolicyRouter = self.mas.policy_router()
         self.policies: dict[str, PolicyRuntime] = {}
@@ -161,7 +161,6 @@ class AtGrpoTrainer(PPOTrainerSync):
                 for p, s in self.mas.policy_settings().items()
             }
             worker_class = PolicyActorRolloutRefWorker
-        self.resource_pool_manager = self.pool_manager
         self.resource_pool_manager.create_resource_pool()
         pools = {p: self.resource_pool_manager.resource_pool_dict[policy_pool_name(p)] for p in gpus}
         for policy, policy_config in configs.items():
