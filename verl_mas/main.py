@@ -26,6 +26,7 @@ from verl.utils.logging_utils import configure_verl_logging
 from verl_mas import plugin  # registers the at_grpo estimator and the cpu platform in this process
 from verl_mas.dataset import read_tasks
 from verl_mas.env import get_env_class, make_env
+from verl_mas.pretrained import PretrainedModelError, is_pretrained_name, prepared_path
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported, mas_config_of
 from verl_mas.verl_engine.hooks import load_trainer_hooks
 
@@ -45,6 +46,7 @@ def check_config(config: DictConfig) -> MasConfig:
     """
     if "mas" not in config:
         raise MasConfigError("mas: missing; compose over verl_mas/config/mas_defaults.yaml")
+    prepare_named_models(config)
     mas = MasConfig.from_mapping(OmegaConf.to_container(config.mas, resolve=True))
     load_trainer_hooks(config)
     if config.trainer.use_v1 is not True:
@@ -62,6 +64,32 @@ def check_config(config: DictConfig) -> MasConfig:
         agent.agent_loop_config_path = str(AGENT_LOOPS_FILE)
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
     return mas
+
+
+MODEL_PATH_KEYS = (
+    "actor_rollout_ref.model.path",
+    "actor_rollout_ref.model.tokenizer_path",
+    "actor_rollout_ref.model.hf_config_path",
+)
+
+
+def prepare_named_models(config: DictConfig) -> list[str]:
+    """Replace a registered pretrained model's name (`verl_mas.pretrained`) by its converted folder wherever verl or
+    `mas.policies` reads a model path, converting it here in the driver once; returns the keys replaced.
+
+    The folder is in this machine's cache: on a cluster of several nodes, point $VERL_MAS_CACHE at a shared disk."""
+    keys = list(MODEL_PATH_KEYS)
+    keys += [f"mas.policies.{name}.model_path" for name in (OmegaConf.select(config, "mas.policies") or {})]
+    replaced = []
+    for key in keys:
+        value = OmegaConf.select(config, key)
+        if isinstance(value, str) and is_pretrained_name(value):
+            try:
+                OmegaConf.update(config, key, prepared_path(value, log=print), merge=False)
+            except PretrainedModelError as error:
+                raise MasConfigError(f"{key}={value}: {error}") from None
+            replaced.append(key)
+    return replaced
 
 
 def flash_attn_importable() -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 from verl_mas.env import make_env
 from verl_mas.group_health import GROUP_HEALTH_PREFIX
 from verl_mas.local.callbacks import RunCallbacks
-from verl_mas.local.config import CONFIG_FILE, SEED, LocalTrainConfig, LoraSpec, config_json
+from verl_mas.local.config import CONFIG_FILE, SEED, LocalTrainConfig, LoraSpec, config_json, resolved_warm_start
 from verl_mas.local.export import export_policies
 from verl_mas.local.files import RunError, check_writable_dir, read_json, write_text_atomic
 from verl_mas.local.presets import PRESETS, apply_train_overrides, resolve_train_config
@@ -79,9 +79,15 @@ class AblationPlan:
     def seed_folder(self, seed: int) -> Path:
         return self.out / f"seed_{seed}"
 
+    @property
+    def saves_warm_start(self) -> bool:
+        """Whether each seed's start is a warm start saved here: for a model built from scratch, or loaded weights
+        that `warm_start.epochs` tunes; loaded weights left as they are are every arm's start themselves."""
+        return not self.base.model.path or resolved_warm_start(self.base).epochs > 0
+
     def warm_start_path(self, seed: int) -> str:
-        """The model every arm of `seed` starts from: `model.path` when given, else the seed's saved warm start."""
-        return self.base.model.path or str(self.seed_folder(seed) / WARM_START_DIR)
+        """The model every arm of `seed` starts from: the seed's saved warm start, or `model.path` untuned."""
+        return str(self.seed_folder(seed) / WARM_START_DIR) if self.saves_warm_start else self.base.model.path
 
     def warm_start_config(self, seed: int) -> LocalTrainConfig:
         """The run whose warm start is saved: one whole model (router=shared) warm-started on every role's moves."""
@@ -95,6 +101,7 @@ class AblationPlan:
             self.ablation.key: arm,
             "seed": seed,
             "model": {"path": self.warm_start_path(seed)},
+            "warm_start": {"epochs": 0},  # the start is warm already: the arms load it as it is
             "output_dir": str(self.seed_folder(seed) / arm),
             "resume": True,  # a run stopped part way continues from its latest checkpoint (none: from the start)
         }
@@ -188,7 +195,7 @@ def parse_seeds(value: Any) -> tuple[int, ...]:
 
 def warm_start_key(config: LocalTrainConfig) -> str:
     """The settings a warm start's weights and tokenizer depend on, as JSON."""
-    settings = json.loads(config_json(config))
+    settings = json.loads(config_json(dataclasses.replace(config, warm_start=resolved_warm_start(config))))
     return json.dumps({key: settings[key] for key in WARM_START_KEYS}, indent=2, sort_keys=True)
 
 
@@ -196,7 +203,7 @@ def check_saved_folders(plan: AblationPlan) -> None:
     """Each warm start or run the output folder already holds is of this plan's settings: one of others is an error
     naming its folder and the keys that differ, so that a re-run never mixes two experiments in one table."""
     for seed in plan.seeds:
-        if not plan.base.model.path:
+        if plan.saves_warm_start:
             key_file = Path(plan.warm_start_path(seed)) / WARM_START_KEY_FILE
             wanted = warm_start_key(plan.warm_start_config(seed))
             if key_file.is_file() and key_file.read_text() != wanted:
@@ -224,8 +231,8 @@ def differing_keys(saved: Mapping[str, Any], wanted: Mapping[str, Any], free: Se
 
 def prepare_warm_start(plan: AblationPlan, seed: int, log: Callable[[str], None]) -> None:
     """Save the seed's warm start once (the engine's export, into a partial folder renamed when complete); with
-    `model.path` given, or one already saved, nothing is done."""
-    if plan.base.model.path:
+    `model.path` given untuned, or one already saved, nothing is done."""
+    if not plan.saves_warm_start:
         return
     folder = Path(plan.warm_start_path(seed))
     if (folder / WARM_START_KEY_FILE).is_file():

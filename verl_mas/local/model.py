@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
+from verl_mas.pretrained import prepared_path
+
 
 def build_tiny_model(
     vocab_size: int,
@@ -47,5 +49,6 @@ def build_tiny_model(
 def load_model(
     path_or_name: str, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
 ) -> PreTrainedModel:
-    """Load any HF causal LM (a local directory, or a hub name already in the local cache)."""
-    return AutoModelForCausalLM.from_pretrained(path_or_name, dtype=dtype).to(device)
+    """Load any HF causal LM: a local directory, a hub name already in the local cache, or a registered pretrained
+    model's name (`verl_mas.pretrained`)."""
+    return AutoModelForCausalLM.from_pretrained(prepared_path(path_or_name), dtype=dtype).to(device)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from peft import LoraConfig, get_peft_model
 
-from verl_mas.local.config import LocalTrainConfig
+from verl_mas.local.config import LocalTrainConfig, resolved_warm_start
 from verl_mas.local.generator import PolicyModel
 from verl_mas.local.model import build_tiny_model, load_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
@@ -113,7 +113,7 @@ class _PolicyBuilder:
     def _warm_start(self, name: str, model: torch.nn.Module, pairs: list[ExpertPair]) -> None:
         if pairs:
             examples = [(pair.messages, pair.move) for pair in pairs]
-            loss = warm_start(model, self.tokenizer, examples, self.config.warm_start, self.config.seed)
+            loss = warm_start(model, self.tokenizer, examples, resolved_warm_start(self.config), self.config.seed)
             self.log(f"warm start {name}: {len(pairs)} expert moves, final loss {loss:.3f}")
 
     def _update_config(self, policy: str) -> UpdateConfig:

@@ -8,6 +8,8 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from verl_mas.pretrained import prepared_path
+
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 CHAT_ROLES = ("system", "user", "assistant")
 ROLE_MARKERS = tuple(f"<|{role}|>" for role in CHAT_ROLES)
@@ -62,8 +64,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, min_frequency: 
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
-    """Load a tokenizer saved with `save_pretrained` (ours or any HF checkpoint's); pad falls back to eos."""
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    """Load a tokenizer saved with `save_pretrained` (ours or any HF checkpoint's, or a registered pretrained model's
+    by name); pad falls back to eos."""
+    tokenizer = AutoTokenizer.from_pretrained(prepared_path(str(path)))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer

@@ -23,7 +23,14 @@ from verl_mas.env import Task, make_env
 from verl_mas.group_health import GroupHealthWarnings, sample_group_health
 from verl_mas.local.callbacks import RunCallbacks, add_metrics
 from verl_mas.local.checkpoint import is_checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
-from verl_mas.local.config import CONFIG_FILE, LocalTrainConfig, RolloutMode, check_names, config_json
+from verl_mas.local.config import (
+    CONFIG_FILE,
+    LocalTrainConfig,
+    RolloutMode,
+    check_names,
+    config_json,
+    resolved_warm_start,
+)
 from verl_mas.local.files import RunError, check_writable_dir, load_tensors, read_json, write_text_atomic
 from verl_mas.local.generator import BatchingGenerator
 from verl_mas.local.policies import build_policies, resolve_device
@@ -126,9 +133,11 @@ class LocalRun:
         self.router = PolicyRouter.from_spec(config.router, roles)
         check_names(config, roles, self.router.policies)
         self.env_factory: EnvFactory = default_env_factory
-        # Expert moves train the tokenizer and feed the warm start: only a tiny model built from scratch needs them.
+        # Expert moves train a tiny model's tokenizer and feed the warm start: a model built from scratch always needs
+        # them, loaded weights only when warm_start.epochs asks for a tune.
         from_scratch = checkpoint is None and not config.model.path
-        pairs = collect_expert_pairs(config, self.router) if from_scratch else []
+        tunes_loaded = checkpoint is None and bool(config.model.path) and resolved_warm_start(config).epochs > 0
+        pairs = collect_expert_pairs(config, self.router) if from_scratch or tunes_loaded else []
         if checkpoint is not None:
             self.tokenizer = checkpoint_tokenizer(checkpoint)
         elif config.model.path:

@@ -16,6 +16,7 @@ from verl_mas.local.config import (
     check_names,
     config_json,
     read_config,
+    resolved_warm_start,
 )
 from verl_mas.local.generator import SamplingConfig
 from verl_mas.local.presets import resolve_train_config
@@ -81,7 +82,22 @@ def test_grouping_presets_and_the_unknown_level_message():
 def test_sampling_and_update_temperatures_must_agree(capsys):
     with pytest.raises(ValueError, match="must equal sampling.temperature"):
         LocalTrainConfig(sampling=SamplingConfig(temperature=0.7))
-    assert ModelSpec().path == "" and WarmStartConfig().epochs >= 1
+    assert ModelSpec().path == "" and resolved_warm_start(LocalTrainConfig()).epochs >= 1
+
+
+def test_warm_start_defaults_follow_the_models_kind():
+    scratch = resolved_warm_start(LocalTrainConfig())
+    assert (scratch.epochs, scratch.lr) == (6, 3e-3)
+    loaded = LocalTrainConfig(model=ModelSpec(path="smollm2-135m-instruct"))
+    assert (resolved_warm_start(loaded).epochs, resolved_warm_start(loaded).lr) == (0, 2e-5)  # kept as loaded
+    tuned = dataclasses.replace(loaded, warm_start=WarmStartConfig(epochs=1))
+    assert (resolved_warm_start(tuned).epochs, resolved_warm_start(tuned).lr) == (1, 2e-5)  # tuned gently
+    given = dataclasses.replace(loaded, warm_start=WarmStartConfig(epochs=2, lr=1e-4))
+    assert (resolved_warm_start(given).epochs, resolved_warm_start(given).lr) == (2, 1e-4)  # what is set wins
+    # a config built with a path through overrides resolves by the path, not by the default it was built over
+    assert resolved_warm_start(resolve_train_config(parse_overrides(["model.path=some/folder"]))).lr == 2e-5
+    with pytest.raises(ValueError, match=r"warm_start.lr must be a finite number > 0 or null, got 0"):
+        LocalTrainConfig(warm_start=WarmStartConfig(lr=0))
 
 
 def test_warm_start_corrupt_roles_must_be_role_names(tmp_path):
@@ -131,7 +147,7 @@ def test_a_saved_config_reads_back_equal(tmp_path):
     [
         ("update.lr=nan", "update.lr must be a finite number > 0, got nan"),
         ("update.lr=-1", "update.lr must be a finite number > 0, got -1.0"),
-        ("warm_start.lr=nan", "warm_start.lr must be a finite number > 0, got nan"),
+        ("warm_start.lr=nan", "warm_start.lr must be a finite number > 0 or null, got nan"),
         ("alpha=nan", "alpha must be a finite number >= 0, got nan"),
         ("alpha=inf", "alpha must be a finite number >= 0, got inf"),
         ("update.betas=[0.9,1.5]", r"update.betas\[1\] must be a finite number in \[0, 1\), got 1.5"),
