@@ -17,7 +17,8 @@ from verl_mas.env import make_env
 from verl_mas.local.config import WarmStartConfig
 from verl_mas.local.model import build_tiny_model
 from verl_mas.local.presets import resolve_train_config
-from verl_mas.local.warm_start import collect_expert_pairs, expert_tokenizer, render_prompt, warm_start
+from verl_mas.local.tokenizer import render_prompt
+from verl_mas.local.warm_start import collect_expert_pairs, expert_tokenizer, warm_start
 from verl_mas.overrides import parse_overrides
 from verl_mas.router import PolicyRouter
 

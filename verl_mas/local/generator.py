@@ -18,6 +18,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from verl_mas.local.logprob import prefill, scaled_log_softmax
+from verl_mas.local.tokenizer import render_prompt
 from verl_mas.rollout import Generation, GenerationRequest, offloaded_steps
 
 
@@ -317,10 +318,7 @@ class BatchingGenerator:
         eos_ids = eos_token_ids(policy.model, tokenizer)
         rows: list[tuple[int, tuple[int, ...], int]] = []  # (item index, prompt ids, token limit), n rows per request
         for index, item in enumerate(items):
-            text = tokenizer.apply_chat_template(
-                list(item.request.messages), add_generation_prompt=True, tokenize=False
-            )
-            prompt_ids = tuple(tokenizer.encode(text, add_special_tokens=False))
+            prompt_ids = tuple(render_prompt(tokenizer, item.request.messages))
             _, limit = self.sampling.limit_for(item.request.role)
             rows.extend((index, prompt_ids, limit) for _ in range(item.request.n))
         results: list[list[Generation]] = [[] for _ in items]

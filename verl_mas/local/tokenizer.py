@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -61,6 +61,14 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 512, min_frequency: 
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
+
+
+def render_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[Mapping[str, str]]) -> list[int]:
+    """A conversation's prompt ids through the tokenizer's chat template with the assistant's turn opened: the ids
+    verl's agent loop builds for the same messages (its continuous-token builder renders them this way)."""
+    return list(
+        tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True, return_dict=False)
+    )
 
 
 def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:

@@ -18,7 +18,7 @@ from verl_mas.env import Message, make_env
 from verl_mas.local.config import LocalTrainConfig, WarmStartConfig
 from verl_mas.local.generator import SamplingConfig
 from verl_mas.local.logprob import sequence_logprobs
-from verl_mas.local.tokenizer import train_tokenizer
+from verl_mas.local.tokenizer import render_prompt, train_tokenizer
 from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_tasks
 from verl_mas.router import PolicyRouter
 from verl_mas.scripted import corrupt
@@ -144,12 +144,6 @@ def warn_of_cut_moves(tokenizer, pairs: list[ExpertPair], sampling: SamplingConf
                 f"(longest: {cut.longest} tokens with eos); sampled replies of that length are cut. "
                 f"Set {cut.key}={cut.longest} to leave room."
             )
-
-
-def render_prompt(tokenizer, messages: tuple[Message, ...]) -> list[int]:
-    return list(
-        tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True, return_dict=False)
-    )
 
 
 def warm_start(

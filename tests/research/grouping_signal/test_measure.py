@@ -13,8 +13,8 @@ from saved_run_testkit import TINY, saved_tiny_model
 from research.grouping.grouping import ENV, PlanPathToolCost
 from research.grouping_signal import figures, measure, settings
 from verl_mas.env import register_env
-from verl_mas.local.train import LocalRun
 from verl_mas.local.config import LocalTrainConfig
+from verl_mas.local.train import LocalRun
 from verl_mas.sample import Sample, samples_to_tensors
 
 

@@ -150,8 +150,11 @@ def test_swap_roles_exchanges_two_named_policies_whatever_their_names():
 
 def test_swap_roles_refuses_three_roles_on_two_policies_and_points_to_serve():
     trained = router({"tool": "a", "plan": "b", "critic": "b"})
-    with pytest.raises(ValueError, match=r"swap_roles exchanges two roles on two policies; this run serves "
-                                         r"\{tool: a, plan: b, critic: b\}: name each role's policy with serve"):
+    with pytest.raises(
+        ValueError,
+        match=r"swap_roles exchanges two roles on two policies; this run serves "
+        r"\{tool: a, plan: b, critic: b\}: name each role's policy with serve",
+    ):
         serving_router(trained, EvalConfig(swap_roles=True))
     served = serving_router(trained, EvalConfig(serve={"tool": "b", "plan": "a", "critic": "a"}))
     assert served.role_to_policy == (("tool", "b"), ("plan", "a"), ("critic", "a"))

@@ -16,8 +16,9 @@ from verl_mas.cli import main
 from verl_mas.env import MultiAgentEnv, Task
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.files import RunError
+from verl_mas.local.tokenizer import render_prompt
 from verl_mas.local.train import LocalRun, train
-from verl_mas.local.warm_start import collect_expert_pairs, render_prompt
+from verl_mas.local.warm_start import collect_expert_pairs
 from verl_mas.overrides import apply_overrides
 from verl_mas.rollout import GenerationRequest
 from verl_mas.router import PolicyRouter

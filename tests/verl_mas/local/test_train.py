@@ -136,7 +136,6 @@ def test_sampler_seed_draws_other_samples_on_the_same_boards_and_nothing_else_mo
         apply_overrides(base, {"sampler_seed": -1})
 
 
-
 def test_a_smoke_run_logs_the_health_of_its_advantage_groups(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="verl_mas.group_health")
     assert main(["train", "preset=smoke", "steps=1", f"output_dir={tmp_path}", "progress=false"]) == 0

@@ -14,13 +14,13 @@ import torch
 from verl_mas.local.config import LocalTrainConfig, WarmStartConfig, read_config
 from verl_mas.local.model import build_tiny_model
 from verl_mas.local.presets import apply_train_overrides, resolve_train_config
+from verl_mas.local.tokenizer import render_prompt
 from verl_mas.local.train import make_tasks
 from verl_mas.local.warm_start import (
     ExpertRecorder,
     collect_expert_pairs,
     expert_moves_cut,
     expert_tokenizer,
-    render_prompt,
     warm_start,
     warm_start_lr,
 )
