@@ -16,7 +16,7 @@ from verl_mas.dataset import AGENT_NAME, row_task
 from verl_mas.env import Message, Task
 from verl_mas.rollout import EnvironmentFailure, EpisodeResult, Generation, GenerationRequest, rollout_task
 from verl_mas.sample import Sample
-from verl_mas.verl_engine.config import MasConfig, MasConfigError, mas_config_of
+from verl_mas.verl_engine.config import MasConfig, mas_config_of
 from verl_mas.verl_engine.routing import GenerateClient, PolicyRoutingClient
 from verl_mas.verl_engine.timeline import append_records
 
@@ -193,11 +193,6 @@ class MasAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         self.mas = mas_config_of(self.config)
         self.client = routing_client_for(self.server_manager, self.mas)
-        if self.rollout_config.get("full_determinism", False) and self.mas.rollout.k > 1:
-            raise MasConfigError(
-                "actor_rollout_ref.rollout.full_determinism passes request ids to vLLM unchanged, and the tree "
-                f"sends mas.rollout.k={self.mas.rollout.k} concurrent requests per conversation id; turn it off"
-            )
         eos = self.tokenizer.eos_token_id
         self.eos_token_id = eos if eos is not None else self.tokenizer.pad_token_id
 

@@ -346,6 +346,12 @@ def check_supported(config: DictConfig, mas: MasConfig) -> None:
             "the sampler's log-probs with the actor's; keep them, or set mas.max_logprob_gap=null"
         )
     check_cpu_sampling(config)
+    if config.actor_rollout_ref.rollout.get("full_determinism", False) and mas.rollout.k > 1:
+        raise MasConfigError(
+            "actor_rollout_ref.rollout.full_determinism=true: verl's vLLM server then gives every request of a replica "
+            f"the same seed, so the mas.rollout.k={mas.rollout.k} candidates of a tree node come out identical and "
+            "every AT-GRPO group has zero variance; turn it off, or set mas.rollout.k=1"
+        )
     if config.reward.reward_model.enable:
         raise MasConfigError(
             "reward.reward_model.enable=true: every reward comes from the environment (mas_agent scores each sample "

@@ -58,8 +58,14 @@ def test_the_cpu_platform_refuses_full_determinism_naming_the_key(k):
 def test_without_full_determinism_or_off_the_cpu_the_check_passes():
     assert checked(["+platform=cpu"]).rollout.k == 8
     assert checked(["+platform=cpu", "actor_rollout_ref.rollout.full_determinism=false"]).rollout.k == 8
-    # a GPU's generators keep an offset: the seed is no crash there (mas_agent refuses k > 1 for its own reason)
+    # a GPU's generators keep an offset: the seed is no crash there, and one candidate per node has nothing to repeat
     assert checked(["actor_rollout_ref.rollout.full_determinism=true", "mas.rollout.k=1"]).rollout.k == 1
+
+
+def test_full_determinism_with_several_candidates_is_refused_at_start_on_any_device():
+    # one seed for every request of a replica: the K candidates of a node would be K copies of one sample
+    with pytest.raises(MasConfigError, match=r"mas.rollout.k=4 candidates of a tree node come out identical"):
+        checked(["actor_rollout_ref.rollout.full_determinism=true", "mas.rollout.k=4"])
 
 
 def test_verls_vllm_server_seeds_every_request_only_under_full_determinism():
