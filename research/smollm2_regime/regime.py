@@ -32,6 +32,7 @@ LOW_TEMPERATURE = 0.5  # the sharpening baseline: a sampled gain below this one'
 COMMON = ["preset=smollm2", "seed=0", "eval_tasks=64", "eval_samples=1", "steps=0", "progress=false"]
 # The design (README.md): fixed before the first run of this study.
 ARMS: dict[str, list[str]] = {
+    "team_zero_shot": ["warm_start.epochs=0"],
     "team_tune1": [],
     "team_tune3": ["warm_start.epochs=3"],
     "single_tune3": ["warm_start.epochs=3", "env_options.single_agent=true"],
