@@ -1,0 +1,69 @@
+"""research.smollm2_regime and research.smollm2_learning: their arms' configs, the low-temperature reading, and the
+learning runs' callback, on the tiny model (the real model's runs are the studies themselves)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from research.smollm2_learning import learning
+from research.smollm2_regime import regime
+from verl_mas.local.config import resolved_warm_start
+from verl_mas.local.presets import resolve_train_config
+from verl_mas.local.train import LocalRun, train
+from verl_mas.overrides import parse_overrides
+
+TINY = ["preset=smoke", "eval_tasks=4", "progress=false"]
+
+
+def test_the_regime_arms_are_the_designs(tmp_path):
+    configs = {name: regime.arm_config(name, tmp_path) for name in regime.ARMS}
+    tunes = {name: resolved_warm_start(config) for name, config in configs.items()}
+    assert {name: tune.epochs for name, tune in tunes.items()} == {
+        "team_zero_shot": 0,
+        "team_tune1": 1,
+        "team_tune3": 3,
+        "single_tune3": 3,
+    }
+    for name, config in configs.items():
+        assert config.model.path == "smollm2-135m-instruct" and tunes[name].lr == 2e-5 and tunes[name].batch_size == 8
+        assert (config.seed, config.eval_tasks, config.eval_samples, config.steps) == (0, 64, 1, 0)
+        assert config.env_options.get("single_agent", False) == (name == "single_tune3")
+        assert config.output_dir == str(tmp_path / name)
+
+
+def test_sampling_at_a_temperature_near_zero_reads_what_greedy_reads(tmp_path):
+    run = LocalRun(resolve_train_config(parse_overrides([*TINY, f"output_dir={tmp_path}"])), log=lambda _: None)
+    greedy, _ = run.evaluate()
+    near_greedy = regime.sampled_success(run, 1e-4)
+    assert near_greedy["success"] == greedy
+    low = regime.sampled_success(run, regime.LOW_TEMPERATURE)
+    assert low == regime.sampled_success(run, regime.LOW_TEMPERATURE)  # its own seeded stream: the same reading
+    assert 0.0 <= low["success"] <= 1.0 and 0.0 <= low["invalid_move_share"] <= 1.0
+
+
+def test_a_recorded_regime_arm_is_not_run_again(tmp_path):
+    (tmp_path / regime.RUNS_FILE).write_text(json.dumps({"arm": "team_tune1"}) + "\n")
+    assert set(regime.recorded(tmp_path)) == {"team_tune1"}
+    regime.main(["--arms", "team_tune1", "--out", str(tmp_path)])  # would tune the real model if it ran
+    assert len((tmp_path / regime.RUNS_FILE).read_text().splitlines()) == 1
+
+
+def test_the_learning_arms_share_a_start_and_differ_in_the_sampler_seed_only():
+    assert learning.arm_overrides("at_grpo", 2) == []
+    assert learning.arm_overrides("at_grpo_again", 2) == ["sampler_seed=1002"]
+    assert learning.start_overrides("team_tune3") == ["preset=smollm2", "warm_start.epochs=3"]
+    with pytest.raises(KeyError):
+        learning.start_overrides("no_such_arm")
+
+
+def test_the_low_temperature_reading_sits_beside_every_evaluation(tmp_path):
+    folder = tmp_path / "run"
+    config = resolve_train_config(parse_overrides([*TINY, "steps=1", "eval_samples=1", f"output_dir={folder}"]))
+    summary = train(config, log=lambda _: None, callbacks=[learning.LowTemperatureEval(folder)])
+    before = json.loads((folder / learning.LOW_BEFORE_FILE).read_text())
+    assert set(before) == {"success", "invalid_move_share"}
+    evaluated = [row for row in summary.history[1:] if "eval/success" in row]
+    assert len(evaluated) == 1 and all("eval_low/success" in row for row in evaluated)
+    assert "eval_low/success" not in summary.history[0]  # the start's reading is the file, written at step 0
