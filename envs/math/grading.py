@@ -6,7 +6,8 @@ a rounded decimal for a fraction (0.3333333333333333 = 1/3), and rejects repeati
 thin-space thousands (`12\\,345`) and a trailing period (`5.`). So here:
 
 - the answer is the content of the last `\\boxed{...}` (braces balanced, `\\{` and `\\}` skipped) of the reply's
-  answer part (`verl_mas.env.replies.answer_part`): no box, an unclosed last box or an empty one is no answer;
+  answer part (`verl_mas.env.replies.answer_part`): no box, an unclosed last box, an empty one or one holding only
+  the prompt's placeholder (`\\boxed{...}`, as a small model echoes "give your answer as \\boxed{...}") is no answer;
 - an answer that is not well-formed LaTeX (`verl_mas_envs.math.latex_form`: an unbalanced brace, `\\left`/`\\right`,
   `\\begin`/`\\end` or bracket, an odd `$`, a dangling `^` or `_`) grades "malformed": math-verify would repair
   `\\frac{3}{4` into 3/4;
@@ -50,6 +51,8 @@ _THOUSANDS_SPACE = re.compile(r"(?<=\d)(?:\\,|\\;|\\:|\\ |~|\{,\})(?=\d{3}(?!\d)
 _THOUSANDS_COMMA = re.compile(r"(?<![\d.,])\d{1,3}(?:,\d{3})+(?=\.\d)")
 _REPEATING = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
 _DECIMAL = re.compile(r"(?<![\d.])(?:(\d*)\.(\d+)|(\d+))(?:[eE]([-+]?\d{1,3}))?(?![\d.])")
+# what a box holds when a reply echoes the prompt's "\boxed{...}": dots, an ellipsis, \ldots and the like
+_PLACEHOLDER = re.compile(r"(?:\s|\.|…|\\[lcv]?dots)+")
 _PLAIN_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)")
 _UNIT = re.compile(
     r"[-+]?(?:\d+\.?\d*|\.\d+)(?:\s|\\[,;:! ]|~)*"
@@ -105,9 +108,10 @@ def last_boxed(text: str) -> str | None:
 
 
 def final_answer(reply: str) -> str | None:
-    """The answer a reply gives: its last box's content, stripped; None when there is no box or it is empty."""
+    """The answer a reply gives: its last box's content, stripped; None when there is no box, or it is empty or holds
+    only the placeholder `...`."""
     boxed = last_boxed(answer_part(reply))
-    if boxed is None or not boxed.strip():
+    if boxed is None or not boxed.strip() or _PLACEHOLDER.fullmatch(boxed):
         return None
     return boxed.strip()
 

@@ -5,8 +5,9 @@ separated by anything: spaces, commas, quotes, brackets (a JSON list works). `pa
   1. the reply's answer part (`verl_mas.env.replies.answer_part`): the text after the last `</think>` and before
      any unclosed `<think>` (reasoning never counts), of which only the last 20,000 characters;
   2. within that, the last <answer>...</answer> block if there is one;
-  3. within that, the text after the last marker such as "Actions:", "Moves:", "Final answer:" (the rest of
-     that line, or a whole [...] list that starts there); else the last [...] list; else all of it.
+  3. within that, the text after the last marker such as "Actions:", "Moves:", "Final answer:", its word maybe
+     in markdown emphasis ("**Actions**:"), (the rest of that line, or a whole [...] list that starts there); else
+     the last [...] list; else all of it.
 The chosen segment must hold only moves and the filler words in `FILLER_WORDS`: any other word, a number
 ("R 3"), or a foreign symbol makes the output unparsable, never guessed at. Runs of capital letters such as
 "UURD" are read letter by letter. An empty list or more than `MAX_ACTIONS` moves is unparsable too.
@@ -78,7 +79,10 @@ _ACTION_WORDS = {
     "←": "L",
     "→": "R",
 }
-_MARKER = re.compile(r"\b(?:final\s+answer|answer|actions?(?:\s+list)?|moves?|path|solution)\s*[:=]", re.IGNORECASE)
+# The marker's word may be set in markdown emphasis with the colon outside it, "**Actions**: U R", as chat models write.
+_MARKER = re.compile(
+    r"\b(?:final\s+answer|answer|actions?(?:\s+list)?|moves?|path|solution)\s*[*_]*\s*[:=]", re.IGNORECASE
+)
 _BRACKETED = re.compile(r"\[([^\[\]]*)\]")
 # Words, numbers, and any single symbol that is not separator punctuation (those become unparsable tokens).
 _TOKEN = re.compile(r"[A-Za-z]+|[0-9]+|[^\s\[\](){}<>,;:.'\"`*|_=-]")

@@ -52,6 +52,9 @@ def test_last_boxed(text: str, content: str | None) -> None:
         ("<think>\\boxed{4}</think> so \\boxed{5}", "5"),
         ("\\boxed{5}<think>\\boxed{4}", "5"),  # after an unclosed <think> nothing counts
         ("\\boxed{  -6 }", "-6"),
+        ("To solve and give your final answer as the last \\boxed{...}, here's how:\n1. 2 - 3 = -1", None),  # echoed
+        ("\\boxed{5} then \\boxed{ \\ldots }", None),  # the placeholder as the last box: no answer
+        ("Answer as \\boxed{…}. So \\boxed{-1}", "-1"),
     ],
 )
 def test_final_answer(reply: str, answer: str | None) -> None:

@@ -24,6 +24,8 @@ from verl_mas_envs.puzzles.grid import MAX_ACTIONS, bfs_distances, parse_actions
         ("<answer> Actions: [\"L\", 'U'] </answer>", "LU"),
         ("I move up first, then right.\nActions: up right", "UR"),
         ("**Actions:** U, R", "UR"),
+        ("**Actions**: U R", "UR"),  # emphasis with the colon outside it, as chat models write
+        ("Sure! Here are the moves:\n\n*Moves*: D L\n\nThis reaches the goal.", "DL"),
         ("Actions:\nU R", "UR"),
         ('Actions: [\n  "U",\n  "R"\n]', "UR"),
         ("Actions: U -> R -> D", "URD"),
