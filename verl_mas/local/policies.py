@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -113,9 +114,16 @@ class _PolicyBuilder:
     def _warm_start(self, name: str, model: torch.nn.Module, pairs: list[ExpertPair]) -> None:
         if pairs:
             examples = [(pair.messages, pair.move) for pair in pairs]
-            loss = warm_start(model, self.tokenizer, examples, resolved_warm_start(self.config), self.config.seed)
+            config = resolved_warm_start(self.config)
+            self.log(f"warm start {name}: {len(pairs)} expert moves, {config.epochs} epoch(s) at lr {config.lr:g}")
+            epoch_log = functools.partial(_prefixed, self.log, f"warm start {name}: ")
+            loss = warm_start(model, self.tokenizer, examples, config, self.config.seed, log=epoch_log)
             self.log(f"warm start {name}: {len(pairs)} expert moves, final loss {loss:.3f}")
 
     def _update_config(self, policy: str) -> UpdateConfig:
         lr = self.config.policy_lr.get(policy, self.config.update.lr)
         return dataclasses.replace(self.config.update, lr=lr)
+
+
+def _prefixed(log: Callable[[str], None], prefix: str, line: str) -> None:
+    log(prefix + line)

@@ -137,12 +137,16 @@ class LocalRun:
         # them, loaded weights only when warm_start.epochs asks for a tune.
         from_scratch = checkpoint is None and not config.model.path
         tunes_loaded = checkpoint is None and bool(config.model.path) and resolved_warm_start(config).epochs > 0
-        pairs = collect_expert_pairs(config, self.router) if from_scratch or tunes_loaded else []
+        pairs = []
+        if from_scratch or tunes_loaded:
+            log(f"collecting expert moves on {config.warm_start.tasks} warm-start boards")
+            pairs = collect_expert_pairs(config, self.router)
         if checkpoint is not None:
             self.tokenizer = checkpoint_tokenizer(checkpoint)
         elif config.model.path:
             self.tokenizer = load_tokenizer(config.model.path)
         else:
+            log(f"training a {config.model.vocab_size}-token tokenizer on {len(pairs)} expert moves and their prompts")
             self.tokenizer = expert_tokenizer(pairs, config.model.vocab_size)
         warn_of_cut_moves(self.tokenizer, pairs, config.sampling, log)
         policies = build_policies(config, self.router.policies, self.tokenizer, pairs, self.device, log)
@@ -390,6 +394,7 @@ def train(
     for callback in run.callbacks:
         callback.started(run, start)
     if saved is None:
+        log(f"evaluating before RL on {config.eval_tasks} boards")
         before, before_metrics = run.evaluate()
         log(f"eval success before RL: {before:.3f}")
         history = [{"step": 0} | before_metrics]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -147,9 +148,15 @@ def warn_of_cut_moves(tokenizer, pairs: list[ExpertPair], sampling: SamplingConf
 
 
 def warm_start(
-    model: torch.nn.Module, tokenizer, pairs: list[tuple[tuple[Message, ...], str]], config: WarmStartConfig, seed: int
+    model: torch.nn.Module,
+    tokenizer,
+    pairs: list[tuple[tuple[Message, ...], str]],
+    config: WarmStartConfig,
+    seed: int,
+    log: Callable[[str], None] | None = None,
 ) -> float:
-    """Cross-entropy on the expert's response tokens (prompt tokens masked); returns the last epoch's mean loss."""
+    """Cross-entropy on the expert's response tokens (prompt tokens masked); returns the last epoch's mean loss.
+    With `log`, one line per epoch (its mean loss and seconds): a pretrained model's epoch takes minutes on a CPU."""
     examples = []
     for messages, move in pairs:
         prompt = render_prompt(tokenizer, messages)
@@ -161,7 +168,8 @@ def warm_start(
     order_rng = random.Random(seed)
     model.train()
     last_losses: list[float] = []
-    for _ in range(config.epochs):
+    for epoch in range(config.epochs):
+        epoch_started = time.perf_counter()
         order_rng.shuffle(examples)
         last_losses = []
         for start in range(0, len(examples), config.batch_size):
@@ -176,6 +184,9 @@ def warm_start(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             last_losses.append(loss.item())
+        if log is not None:
+            seconds = time.perf_counter() - epoch_started
+            log(f"epoch {epoch + 1}/{config.epochs}: mean loss {np.mean(last_losses):.3f} ({seconds:.0f} s)")
     return float(np.mean(last_losses)) if last_losses else 0.0
 
 
