@@ -91,7 +91,7 @@ PRESETS: dict[str, Preset] = {
         {"router": "per_role", "lora": {"rank": 8}, "output_dir": "runs/lora_per_role"},
     ),
     "grouping_task": Preset(
-        "ablation: plain GRPO groups (by task) instead of AT-GRPO's (task, role, turn)",
+        "ablation: one group per task (every role's and turn's rewards pooled) instead of AT-GRPO's (task, role, turn)",
         {"grouping": "task", "output_dir": "runs/grouping_task"},
     ),
     "grouping_task_role": Preset(
@@ -111,7 +111,7 @@ KEY_HELP: dict[str, str] = {
     "router": "role -> policy: shared (one model), per_role (one per role), or a {role: policy} mapping",
     "k": "candidates per (task, role, turn) in the tree; episodes per task with rollout_mode=independent",
     "alpha": "weight of the team reward in the mixed reward alpha * team + local",
-    "grouping": "advantage groups: task_role_turn (AT-GRPO), task_role (per agent) or task (plain GRPO)",
+    "grouping": "advantage groups: task_role_turn (AT-GRPO), task_role (per agent) or task (roles and turns pooled)",
     "norm_adv_by_std": "divide each group's centred rewards by its std (verl: algorithm.norm_adv_by_std_in_grpo)",
     "max_infra_failure_share": "samples the sandbox failed to judge train nothing; past this share of a step's, stop",
     "tasks_per_step": "training tasks rolled out per step",
