@@ -200,7 +200,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         overrides = parse_overrides(args.overrides)
         eval_keys = tuple(f.name for f in dataclasses.fields(EvalConfig))
         eval_config = apply_overrides(EvalConfig(), {k: overrides.pop(k) for k in eval_keys if k in overrides})
-        checkpoint = find_checkpoint(eval_config.checkpoint) if eval_config.checkpoint else None
+        try:
+            checkpoint = find_checkpoint(eval_config.checkpoint) if eval_config.checkpoint else None
+        except ValueError as error:
+            raise ValueError(f"checkpoint={eval_config.checkpoint}: {error}") from None
         if checkpoint is not None and "preset" in overrides:
             raise ValueError("preset: a checkpoint brings the config it was trained with; override single keys")
         base = read_config(checkpoint / CONFIG_FILE) if checkpoint is not None else None

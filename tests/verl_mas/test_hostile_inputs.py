@@ -189,7 +189,12 @@ def test_bad_commands_fail_in_one_paragraph(tmp_path, capsys):
         Case("eval: zero samples", ["eval", "samples=0"], "samples must be an integer >= 1, got 0"),
         Case("eval: nan temperature", ["eval", "temperature=nan"], "temperature (0: greedy) must be a finite number"),
         Case("eval: word samples", ["eval", "samples=many"], "'samples' expects an integer"),
-        Case("eval: no checkpoint there", ["eval", f"checkpoint={tmp_path / 'none'}"], "no checkpoint at"),
+        Case(
+            "eval: no checkpoint there",
+            ["eval", f"checkpoint={tmp_path / 'none'}"],
+            f"checkpoint={tmp_path / 'none'}: no checkpoint at {tmp_path / 'none'} (neither a step_* checkpoint nor "
+            "a folder holding one); a run writes checkpoints only with checkpoint_every=N",
+        ),
         Case("eval: empty folder", ["eval", f"checkpoint={empty}"], f"no checkpoint at {empty}"),
         Case("eval: json is a folder", ["eval", *TINY, f"json={empty}"], f"json {empty} is a folder"),
         Case("eval: json under a file", ["eval", *TINY, f"json={a_file}/r.json"], str(a_file)),

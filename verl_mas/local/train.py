@@ -360,7 +360,10 @@ def find_checkpoint(path: str | Path) -> Path:
         found = latest_checkpoint(folder)
         if found is not None:
             return found
-    raise ValueError(f"no checkpoint at {path} (neither a step_* checkpoint nor a folder holding one)")
+    raise ValueError(
+        f"no checkpoint at {path} (neither a step_* checkpoint nor a folder holding one); a run writes checkpoints "
+        "only with checkpoint_every=N (its default, 0, writes none)"
+    )
 
 
 def resume_checkpoint(config: LocalTrainConfig, log: Callable[[str], None]) -> Path | None:
