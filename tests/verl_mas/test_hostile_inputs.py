@@ -107,7 +107,7 @@ CONFIG_CASES = [
     ("nan lr", ["update.lr=nan"], "update.lr must be a finite number > 0, got nan"),
     ("negative lr", ["update.lr=-1"], "update.lr must be a finite number > 0, got -1.0"),
     ("nan warm-start lr", ["warm_start.lr=nan"], "warm_start.lr must be a finite number > 0"),
-    ("inf warm-start lr", ["warm_start.lr=.inf"], "warm_start.lr must be a finite number > 0, got inf"),
+    ("inf warm-start lr", ["warm_start.lr=.inf"], "warm_start.lr must be a finite number > 0 or null, got inf"),
     ("nan alpha", ["alpha=nan"], "alpha must be a finite number >= 0, got nan"),
     ("negative alpha", ["alpha=-0.5"], "alpha must be a finite number >= 0"),
     ("zero k", ["k=0"], "k must be an integer >= 1, got 0"),
