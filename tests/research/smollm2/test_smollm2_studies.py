@@ -67,3 +67,30 @@ def test_the_low_temperature_reading_sits_beside_every_evaluation(tmp_path):
     evaluated = [row for row in summary.history[1:] if "eval/success" in row]
     assert len(evaluated) == 1 and all("eval_low/success" in row for row in evaluated)
     assert "eval_low/success" not in summary.history[0]  # the start's reading is the file, written at step 0
+
+
+def regime_record(arm: str, greedy: float) -> dict:
+    return {"arm": arm, "overrides": regime.ARMS[arm], "eval_tasks": 64, "greedy": greedy, "sampled": greedy / 2,
+            f"sampled_t{regime.LOW_TEMPERATURE}": greedy, "invalid_greedy": 0.25, "invalid_sampled": 0.5,
+            "wall_s": 600.0}  # fmt: skip
+
+
+def test_the_regime_rule_takes_the_cheapest_team_arm_inside_the_band(tmp_path, monkeypatch):
+    from research.smollm2_regime import figures
+
+    monkeypatch.setattr(figures, "DATA", tmp_path)
+
+    def write(*recorded: dict) -> None:
+        (tmp_path / figures.RUNS_FILE).write_text("".join(json.dumps(r) + "\n" for r in recorded))
+
+    write(regime_record("team_tune3", 0.25), regime_record("team_zero_shot", 0.0))
+    assert figures.choice_text() == "The rule chooses `team_tune3` (greedy 0.250)."
+    write(regime_record("team_tune1", 0.09), regime_record("single_tune3", 0.3))  # below the band; not a team arm
+    assert figures.choice_text().startswith("No arm run so far meets the rule")
+    assert "not run yet: `team_zero_shot`, `team_tune3`." in figures.choice_text()
+    write(*(regime_record(arm, 0.7) for arm in regime.ARMS))  # all above it
+    assert figures.choice_text().endswith("none is left to run.")
+    table = figures.arms_table()
+    assert table.splitlines()[2].startswith(
+        "| `team_zero_shot` | warm_start.epochs=0 | 0.700 (0.057) |"
+    )  # sqrt(.21/64)

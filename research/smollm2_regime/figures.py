@@ -1,0 +1,66 @@
+"""The regime study's figures (research/smollm2_regime/README.md), from data/runs.jsonl as research.smollm2_regime
+writes it: per arm, held-out success greedy, sampled at 1 and at 0.5, with a binomial standard error, and the rule."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from research.smollm2_regime.regime import ARMS, LOW_TEMPERATURE
+from research.stats import markdown_table, number
+
+DATA = Path(__file__).resolve().parent / "data"
+RUNS_FILE = "runs.jsonl"
+BAND = (0.10, 0.60)  # the design's band for the team's greedy success
+
+
+def records() -> list[dict]:
+    lines = (DATA / RUNS_FILE).read_text().splitlines()
+    by_arm = {record["arm"]: record for record in map(json.loads, lines)}
+    return [by_arm[name] for name in ARMS if name in by_arm]  # the design's order
+
+
+def reading(success: float, boards: int) -> str:
+    return f"{number(success)} ({number(math.sqrt(success * (1 - success) / boards))})"
+
+
+def arms_table() -> str:
+    low = f"sampled_t{LOW_TEMPERATURE}"
+    lines = [["arm", "tune", "greedy (SE)", "sampled at 1 (SE)", f"sampled at {LOW_TEMPERATURE} (SE)",
+              "invalid moves: greedy / sampled", "tune and eval, min"]]  # fmt: skip
+    for r in records():
+        tune = " ".join(r["overrides"]) or "the preset's"
+        boards = r["eval_tasks"]
+        lines.append([
+            f"`{r['arm']}`", tune, reading(r["greedy"], boards), reading(r["sampled"], boards),
+            reading(r[low], boards), f"{number(r['invalid_greedy'])} / {number(r['invalid_sampled'])}",
+            f"{r['wall_s'] / 60:.0f}",
+        ])  # fmt: skip
+    boards = {r["eval_tasks"] for r in records()}
+    return markdown_table(lines) + f"\n\nSeed 0, {', '.join(map(str, sorted(boards)))} evaluation boards per reading."
+
+
+def choice_text() -> str:
+    """The rule's reading: the cheapest team arm (in the design's order) with greedy success inside the band."""
+    done = records()
+    chosen = [r["arm"] for r in done if r["arm"].startswith("team_") and BAND[0] <= r["greedy"] <= BAND[1]]
+    waiting = [name for name in ARMS if name not in {r["arm"] for r in done}]
+    if chosen:
+        greedy = next(r["greedy"] for r in done if r["arm"] == chosen[0])
+        return f"The rule chooses `{chosen[0]}` (greedy {number(greedy)})."
+    left = f"not run yet: {', '.join(f'`{name}`' for name in waiting)}." if waiting else "none is left to run."
+    return f"No arm run so far meets the rule (team greedy success in [{BAND[0]}, {BAND[1]}]); {left}"
+
+
+def headline() -> str:
+    zero = next((r for r in records() if r["arm"] == "team_zero_shot"), None)
+    text = choice_text()
+    if zero is not None:
+        invalid = number(zero["invalid_greedy"])
+        text = f"Zero-shot team greedy success {number(zero['greedy'])}, {invalid} of its moves invalid. {text}"
+    return text
+
+
+def tables() -> dict[str, str]:
+    return {"arms": arms_table(), "choice": choice_text(), "headline": headline()}
