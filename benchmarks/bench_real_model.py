@@ -6,9 +6,10 @@
   machine's measured float32 matmul throughput (the roofline), measured right before it;
 - one AT-GRPO step of the `smollm2` preset (or `key=value` overrides), by part: rollout, advantages, update.
 
-Run: python benchmarks/bench_real_model.py [--repeats N] [--rows N] [--new-tokens N] [key=value ...]
-Prints a table and writes benchmarks/results/real_model.json. The machine is shared and noisy: medians of
-alternating repeats, with min and max beside them.
+Run: python benchmarks/bench_real_model.py [--repeats N] [--rows N] [--new-tokens N] [--out FILE] [key=value ...]
+Prints a table and writes FILE (default benchmarks/results/real_model.json; the recorded run is
+research/smollm2_speed/data/real_model.json). The machine is shared and noisy: medians of alternating repeats, with
+min and max beside them.
 """
 
 from __future__ import annotations
@@ -216,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--rows", type=int, default=32, help="prompts per generation batch (default: %(default)s)")
     parser.add_argument("--new-tokens", type=int, default=16, help="tokens per row (default: %(default)s)")
     parser.add_argument("--skip-vllm", action="store_true", help="leave out the vLLM-CPU anchor")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the JSON written (default: %(default)s)")
     parser.add_argument("overrides", nargs="*", help="key=value overrides of preset=smollm2 for the step")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
@@ -235,9 +237,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     for part in ("generation", "step"):
         for name, cell in result.get(part, {}).get("table", []):
             print(f"  {name:<58} {cell}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2, default=str))
-    print(f"written: {RESULTS}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2, default=str))
+    print(f"written: {args.out}")
 
 
 if __name__ == "__main__":

@@ -94,3 +94,19 @@ def test_the_regime_rule_takes_the_cheapest_team_arm_inside_the_band(tmp_path, m
     assert table.splitlines()[2].startswith(
         "| `team_zero_shot` | warm_start.epochs=0 | 0.700 (0.057) |"
     )  # sqrt(.21/64)
+
+
+def test_the_speed_figures_are_medians_of_the_raw_repeats(tmp_path, monkeypatch):
+    from research.smollm2_speed import figures
+
+    step = {"samples": 64, "prompt_tokens_distinct": 1400, "response_tokens": 1000, "time/rollout_s": 8.0,
+            "time/update_s": 12.0, "update_gflops": 150.0, "roofline_gflops": 300.0}  # fmt: skip
+    steps = [step | {"time/step_s": seconds} for seconds in (30.0, 20.0, 100.0)]
+    generation = {"rows": 32, "prompt_tokens_mean": 70.0, "new_tokens": 16,
+                  "local_tokens_per_s": [90.0, 120.0, 100.0], "vllm_tokens_per_s": [50.0, 40.0, 60.0]}  # fmt: skip
+    found = {"date": "2026-12-07", "torch_threads": 2, "step": {"steps": steps}, "generation": generation}
+    (tmp_path / figures.RESULT_FILE).write_text(json.dumps(found))
+    monkeypatch.setattr(figures, "DATA", tmp_path)
+    assert figures.headline().startswith("one step 30.0 s (goal 90 s); local sampler 2.00x vLLM-CPU's tokens/s")
+    assert "| AT-GRPO step, s | 30.0 (20.0-100.0) |" in figures.speed_table()
+    assert "| update / roofline | 0.50 (0.50-0.50) |" in figures.speed_table()

