@@ -22,6 +22,9 @@ GROUP_HEALTH_PREFIX = "group_health"
 # stays well below it (the default run's training rollouts: 0.43 over its first 50 steps, 0.69 over its last 50);
 # at 0.9 nine groups in ten give no gradient, so the step barely trains.
 NEARLY_ALL_ZERO_VARIANCE = 0.9
+# "Most groups are singletons": at or above this share of the groups. A group of one has advantage 0, so such a batch
+# barely trains, yet passes the other checks; under AT-GRPO's tree every group holds K samples.
+MOSTLY_SINGLETONS = 0.5
 LOGGER = logging.getLogger(__name__)
 
 
@@ -58,7 +61,8 @@ class GroupHealth:
 
     def problems(self) -> dict[str, str]:
         """The failures this step shows, cause -> a sentence naming it: "mixed_prompts" (groups that should hold one
-        prompt hold several) and "zero_variance" (nearly every group gives no gradient)."""
+        prompt hold several), "singletons" (most groups hold one sample) and "zero_variance" (nearly every group
+        gives no gradient)."""
         found = {}
         if self.expects_one_prompt and self.mixed_prompt_share > 0:
             found["mixed_prompts"] = (
@@ -66,6 +70,14 @@ class GroupHealth:
                 "hold samples that answered different prompts, where every group should share one prompt: the "
                 "samples' group labels (task uid, role, turn) do not match their prompts, so the advantages compare "
                 "replies to different questions (a bug in the rollout or in the labels)"
+            )
+        if self.singleton_share >= MOSTLY_SINGLETONS:
+            found["singletons"] = (
+                f"{self.singleton_share:.1%} of the {self.groups} advantage groups (grouped by {self.grouping}) hold a "
+                f"single sample (this warns at {MOSTLY_SINGLETONS:.0%}): a group of one has nothing to compare with, "
+                "so its advantage is 0 and its sample does not train; the group labels are finer than the prompts "
+                "(e.g. a uid made per trajectory instead of per prompt), or one sample is drawn per prompt (K, or "
+                "verl's rollout.n, of 1)"
             )
         if self.zero_variance_share >= NEARLY_ALL_ZERO_VARIANCE:
             found["zero_variance"] = (

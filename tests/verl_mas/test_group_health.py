@@ -48,7 +48,26 @@ def test_singleton_groups_are_counted_and_left_out_of_the_zero_variance_share():
     assert (health.groups, health.samples) == (4, 5)
     assert health.singleton_share == 0.75
     assert health.zero_variance_share == 0.0  # the one group of two spreads; singletons have no variance to have
-    assert health.problems() == {}
+    assert list(health.problems()) == ["singletons"]  # three groups in four hold one sample: they train nothing
+    assert "75.0% of the 4 advantage groups (grouped by uid) hold a single sample" in health.problems()["singletons"]
+
+
+def test_a_batch_of_per_trajectory_groups_is_named_as_such():
+    # rLLM #776's batch: a uid per trajectory instead of per prompt. Prompt p's 4 samples in 4 groups, prompt q's in
+    # one: 4 of the 5 groups are singletons, and advantages per prompt no longer centre on the prompt.
+    rewards = [1.0, 0.0, 1.0, 0.0, 3.0, 1.0, 2.0, 2.0]
+    groups = ["a", "b", "c", "d", "q", "q", "q", "q"]
+    prompts = ["p"] * 4 + ["q"] * 4
+    advantages = [0.0, 0.0, 0.0, 0.0, 1.2, -1.2, 0.0, 0.0]
+    health = group_health(rewards, advantages, groups, prompts, grouping="uid", expects_one_prompt=True)
+    assert (health.groups, health.singleton_share) == (5, 0.8)
+    assert "singletons" in health.problems() and "uid made per trajectory" in health.problems()["singletons"]
+    # half the groups singletons still warns; under half does not
+    half = group_health([0, 1, 5], [0, 0, 0], ["g", "g", "h"], [0, 0, 1], grouping="uid", expects_one_prompt=True)
+    assert half.singleton_share == 0.5 and "singletons" in half.problems()
+    fewer = group_health([0, 1, 0, 1, 5], [0] * 5, list("gghhi"), [0, 0, 1, 1, 2], grouping="uid",
+                         expects_one_prompt=True)  # fmt: skip
+    assert fewer.singleton_share == pytest.approx(1 / 3) and "singletons" not in fewer.problems()
 
 
 def test_nearly_all_zero_variance_groups_are_a_problem_and_a_few_are_not():
