@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from verl_mas.advantage import Grouping, group_ids
+from verl_mas.advantage import GROUPINGS, Grouping, compute_at_grpo_advantage, group_ids
 from verl_mas.sample import Sample
 
 if TYPE_CHECKING:
@@ -163,6 +163,49 @@ def group_health(
     )
 
 
+def coarser_health(
+    scores: np.ndarray | Sequence[float],
+    prompts: np.ndarray | Sequence,
+    *,
+    index: np.ndarray | Sequence,
+    role: np.ndarray | Sequence,
+    turn: np.ndarray | Sequence,
+    grouping: Grouping,
+    norm_adv_by_std: bool = True,
+) -> list[GroupHealth]:
+    """The health each grouping coarser than `grouping` would have on this same batch: its own groups and its own
+    advantages of the same scores. A run under AT-GRPO then shows, without a second run, how much of the advantage a
+    coarser grouping would leave as role and turn offsets (`group_health/task/prompt_offset_share`): what the finer
+    key removes. Their metrics go under `group_health/<grouping>/`; they never warn (no step trained on them)."""
+    scores = _finite("scores", scores)
+    rows = torch.as_tensor(scores, dtype=torch.float64).unsqueeze(-1)
+    found = []
+    for level in GROUPINGS[GROUPINGS.index(grouping) + 1 :]:
+        advantages, _ = compute_at_grpo_advantage(
+            rows,
+            torch.ones_like(rows),
+            index=index,
+            role=role,
+            turn=turn,
+            grouping=level,
+            norm_adv_by_std=norm_adv_by_std,
+        )
+        groups = group_ids(len(scores), index=index, role=role, turn=turn, grouping=level)
+        found.append(
+            group_health(scores, advantages[:, 0].numpy(), groups, prompts, grouping=level, expects_one_prompt=False)
+        )
+    return found
+
+
+def coarser_metrics(found: Sequence[GroupHealth]) -> dict[str, float]:
+    """`coarser_health`'s findings as flat metrics, each under `group_health/<grouping>/`."""
+    return {
+        key: value
+        for health in found
+        for key, value in health.metrics(f"{GROUP_HEALTH_PREFIX}/{health.grouping}").items()
+    }
+
+
 def _role_turn_means(role: Any, turn: Any, advantages: np.ndarray) -> dict[tuple[str, int], float]:
     """The mean advantage of each (role, turn), sorted by role and turn."""
     n = len(advantages)
@@ -184,9 +227,7 @@ def sample_group_health(
 ) -> GroupHealth:
     """The health of the advantage groups of rolled-out samples (the local engine's step), grouped by `grouping`;
     with `tree` (the tree rollout), AT-GRPO's (task, role, turn) groups must each hold one prompt."""
-    index = np.array([s.task_uid for s in samples], dtype=object)
-    role = np.array([s.role for s in samples], dtype=object)
-    turn = np.array([s.turn for s in samples], dtype=np.int64)
+    index, role, turn = _sample_labels(samples)
     return group_health(
         [s.reward for s in samples],
         np.asarray(advantages, dtype=np.float64),
@@ -197,6 +238,23 @@ def sample_group_health(
         role=role,
         turn=turn,
     )
+
+
+def sample_coarser_health(samples: Sequence[Sample], grouping: Grouping, norm_adv_by_std: bool) -> list[GroupHealth]:
+    """`coarser_health` of rolled-out samples: the groupings coarser than the run's, on the samples it trained on."""
+    index, role, turn = _sample_labels(samples)
+    prompts = prompt_codes([s.prompt_ids for s in samples])
+    return coarser_health(
+        [s.reward for s in samples], prompts, index=index, role=role, turn=turn, grouping=grouping,
+        norm_adv_by_std=norm_adv_by_std,
+    )  # fmt: skip
+
+
+def _sample_labels(samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    index = np.array([s.task_uid for s in samples], dtype=object)
+    role = np.array([s.role for s in samples], dtype=object)
+    turn = np.array([s.turn for s in samples], dtype=np.int64)
+    return index, role, turn
 
 
 def prompt_codes(prompts: Sequence[Sequence[int]]) -> np.ndarray:

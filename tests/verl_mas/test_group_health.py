@@ -12,10 +12,12 @@ from verl_mas.advantage import compute_at_grpo_advantage
 from verl_mas.group_health import (
     NEARLY_ALL_ZERO_VARIANCE,
     GroupHealthWarnings,
+    coarser_metrics,
     group_health,
     padded_prompt_codes,
     prompt_codes,
     row_advantages,
+    sample_coarser_health,
     sample_group_health,
     verl_batch_health,
 )
@@ -279,3 +281,25 @@ def test_the_standalone_check_reads_prompts_from_input_ids_and_names_missing_key
         verl_batch_health(data)
     with pytest.raises(ValueError, match=r"non_tensor_batch\['group'\]"):
         verl_batch_health(data, group_key="group")
+
+
+def test_an_at_grpo_batch_shows_what_each_coarser_grouping_would_leave_of_its_offsets():
+    # The offsets test's batch, trained under AT-GRPO: plan's prompt scored 2 and 4, tool's 0 and 0 (one task).
+    samples = [
+        sample("t", "plan", 0, 2.0, (1,)),
+        sample("t", "plan", 0, 4.0, (1,)),
+        sample("t", "tool", 0, 0.0, (2,)),
+        sample("t", "tool", 0, 0.0, (2,)),
+    ]
+    task_role, task = sample_coarser_health(samples, "task_role_turn", norm_adv_by_std=True)
+    assert (task_role.grouping, task.grouping) == ("task_role", "task")
+    assert task_role.prompt_offset_share == pytest.approx(0.0, abs=1e-12)  # one prompt per role here: nothing left
+    assert task.prompt_offset_share == pytest.approx(9 / 11, rel=1e-6)  # the hand-computed share of the offsets test
+    assert task.groups == 1 and task.mixed_prompt_share == 1.0 and task.problems() == {}  # mixing is expected there
+    metrics = coarser_metrics([task_role, task])
+    assert metrics["group_health/task/prompt_offset_share"] == pytest.approx(9 / 11, rel=1e-6)
+    assert metrics["group_health/task_role/groups"] == 2.0 and not any("advantage_mean" in key for key in metrics)
+    # centring alone (norm_adv_by_std false) leaves the same share: B / V does not change with one common scale
+    (_, unscaled) = sample_coarser_health(samples, "task_role_turn", norm_adv_by_std=False)
+    assert unscaled.prompt_offset_share == pytest.approx(9 / 11, rel=1e-6)
+    assert sample_coarser_health(samples, "task", norm_adv_by_std=True) == []  # nothing is coarser than task

@@ -20,7 +20,7 @@ import torch
 from verl_mas.advantage import Grouping, registered_estimator
 from verl_mas.dataset import split_tasks
 from verl_mas.env import Task, make_env
-from verl_mas.group_health import GroupHealthWarnings, sample_group_health
+from verl_mas.group_health import GroupHealthWarnings, coarser_metrics, sample_coarser_health, sample_group_health
 from verl_mas.local.callbacks import RunCallbacks, add_metrics
 from verl_mas.local.checkpoint import is_checkpoint, latest_checkpoint, load_checkpoint, save_checkpoint
 from verl_mas.local.config import (
@@ -215,7 +215,8 @@ class LocalRun:
                 callback.advantages(self, step, samples, advantages)
             health = sample_group_health(samples, advantages, config.grouping, tree=config.rollout_mode == "tree")
             self.group_health_warnings.check(health, step=step + 1)
-            metrics |= health.metrics() | self._update(samples, advantages, timing)
+            coarser = sample_coarser_health(samples, config.grouping, config.norm_adv_by_std)
+            metrics |= health.metrics() | coarser_metrics(coarser) | self._update(samples, advantages, timing)
         timing["time/step_s"] = time.perf_counter() - step_started
         return metrics | timing
 

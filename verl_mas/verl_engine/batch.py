@@ -13,7 +13,7 @@ import torch
 from transfer_queue import KVBatchMeta
 
 from verl_mas.advantage import group_ids, registered_estimator
-from verl_mas.group_health import GroupHealth, group_health, padded_prompt_codes, row_advantages
+from verl_mas.group_health import GroupHealth, coarser_health, group_health, padded_prompt_codes, row_advantages
 from verl_mas.metrics import infra_failure_metrics
 
 
@@ -188,6 +188,25 @@ def step_group_health(
         role=role,
         turn=turn,
     )
+
+
+def step_coarser_health(
+    tags: SampleTags,
+    token_level_rewards: torch.Tensor,
+    prompt_codes: np.ndarray,
+    grouping: str,
+    norm_adv_by_std: bool,
+) -> list[GroupHealth]:
+    """`coarser_health` of the advantage step's rows that train: what the groupings coarser than `mas.grouping` would
+    give on this batch's scores."""
+    real = tags.trained
+    if not real.any():
+        return []
+    rows = torch.from_numpy(np.nonzero(real)[0])
+    return coarser_health(
+        token_level_rewards[rows].sum(dim=-1).double().numpy(), prompt_codes[real], index=tags.task_uid[real],
+        role=tags.role[real], turn=tags.turn[real], grouping=grouping, norm_adv_by_std=norm_adv_by_std,
+    )  # fmt: skip
 
 
 def infra_failures(tags: SampleTags, max_share: float) -> dict[str, float]:

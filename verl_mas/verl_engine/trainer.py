@@ -31,7 +31,7 @@ from verl.utils.debug import marked_timer
 from verl.utils.ray_utils import auto_await
 from verl.workers.utils.padding import response_to_nested
 
-from verl_mas.group_health import GroupHealthWarnings
+from verl_mas.group_health import GroupHealthWarnings, coarser_metrics
 from verl_mas.router import PolicyRouter
 from verl_mas.verl_engine.adapters import (
     ADAPTER_GROUP,
@@ -48,6 +48,7 @@ from verl_mas.verl_engine.batch import (
     reward_scores,
     sample_metrics,
     split_by_policy,
+    step_coarser_health,
     step_group_health,
 )
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported, mas_config_of
@@ -550,4 +551,9 @@ class AtGrpoTrainer(PPOTrainerSync):
         if health is not None:
             metrics.update(health.metrics())
             self.group_health_warnings.check(health, step=self.global_steps)
+        norm_adv_by_std = bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
+        coarser = step_coarser_health(
+            tags, out["token_level_rewards"], prompt_codes, self.mas.grouping, norm_adv_by_std
+        )
+        metrics.update(coarser_metrics(coarser))
         return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=nested)

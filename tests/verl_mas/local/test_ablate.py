@@ -210,6 +210,12 @@ def test_a_custom_env_registered_by_the_test(tmp_path):
     health = {summary.arm: summary.group_health for summary in report.arms}
     assert health["task_role_turn"]["group_health/mixed_prompt_share"] == 0.0
     assert "group_health/caller/turn0/advantage_mean" in health["task"]
+    # every arm also logs what the groupings coarser than its own would leave on the same batch
+    assert {"group_health/task_role/prompt_offset_share", "group_health/task/prompt_offset_share"} <= set(
+        health["task_role_turn"]
+    )
+    assert "group_health/task/prompt_offset_share" in health["task_role"]
+    assert not any(key.startswith(("group_health/task/", "group_health/task_role/")) for key in health["task"])
 
 
 def write_run(folder: Path, rows: list[dict]) -> None:

@@ -31,7 +31,7 @@ from filelock import FileLock
 from safetensors.torch import load_file
 from update_replay import load_captured_update
 
-from verl_mas.advantage import GROUPING_KEYS, compute_at_grpo_advantage
+from verl_mas.advantage import GROUPING_KEYS, GROUPINGS, compute_at_grpo_advantage
 from verl_mas.dataset import write_dataset
 from verl_mas.local.model import load_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
@@ -244,6 +244,10 @@ def check_group_health(logged: dict, records: list[dict], grouping: str) -> None
         by_role_turn[f"{row['role']}/turn{row['turn']}/advantage_mean"].append(row["advantage"] or 0.0)
     means = {key: value for key, value in health.items() if key.endswith("/advantage_mean")}
     assert means == pytest.approx({key: float(np.mean(values)) for key, values in by_role_turn.items()}, abs=1e-4)
+    # the coarser groupings' health on the same batch: each one's groups counted from the audited rows
+    for level in GROUPINGS[GROUPINGS.index(grouping) + 1 :]:
+        coarser = {tuple(row[name] for name in GROUP_FIELDS[level]) for row in real}
+        assert health[f"{level}/groups"] == len(coarser) and 0.0 <= health[f"{level}/prompt_offset_share"] <= 1.0
 
 
 def check_policies_overlap(records: list[dict], step: int) -> None:
