@@ -8,7 +8,8 @@ from typing import Any, Literal, get_args
 import numpy as np
 import torch
 
-ESTIMATOR_NAME = "at_grpo"
+from verl_mas import ESTIMATOR
+
 # How samples are grouped for the advantage, finest first: AT-GRPO's (task, role, turn); (task, role), one group per
 # agent and task (per-agent normalisation, as Dr. MAS does); plain GRPO's task (every sample of a task in one group).
 Grouping = Literal["task_role_turn", "task_role", "task"]
@@ -124,10 +125,10 @@ def registered_estimator() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
     try:
-        return get_adv_estimator_fn(ESTIMATOR_NAME)
+        return get_adv_estimator_fn(ESTIMATOR)
     except ValueError as error:
         raise RuntimeError(
-            f"{ESTIMATOR_NAME} is not in verl's estimator registry: the verl.plugins entry point verl_mas.plugin did "
+            f"{ESTIMATOR} is not in verl's estimator registry: the verl.plugins entry point verl_mas.plugin did "
             "not load (is VERL_USE_EXTERNAL_PLUGINS set? `python -c 'import verl_mas.plugin'` shows an import error)"
         ) from error
 

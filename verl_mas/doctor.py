@@ -30,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from verl_mas import pretrained
+from verl_mas import ESTIMATOR, PLATFORM, pretrained
 
 DISTRIBUTION = "verl-mas"
 TARGETS = ("local", "cpu", "gpu")
@@ -65,11 +65,11 @@ try:
 except Exception as error:
     found["verl_error"] = f"{type(error).__name__}: {error}"
 else:
-    estimator = ADV_ESTIMATOR_REGISTRY.get("at_grpo")
-    platform = PlatformRegistry.get("cpu")
+    estimator = ADV_ESTIMATOR_REGISTRY.get(ESTIMATOR)
+    platform = PlatformRegistry.get(PLATFORM)
     found["registered"] = {
-        "at_grpo": getattr(estimator, "__module__", "").startswith("verl_mas."),
-        "cpu": getattr(platform, "__module__", "").startswith("verl_mas."),
+        ESTIMATOR: getattr(estimator, "__module__", "").startswith("verl_mas."),
+        PLATFORM: getattr(platform, "__module__", "").startswith("verl_mas."),
     }
     plugin = sys.modules.get("verl_mas.plugin")
     found["plugin_loaded"] = plugin is not None
@@ -129,7 +129,11 @@ def probe_plugin(timeout_s: float = 300.0) -> dict[str, Any]:
     """PLUGIN_PROBE's findings in a fresh interpreter of this Python, with this process's environment."""
     try:
         done = subprocess.run(
-            [sys.executable, "-c", PLUGIN_PROBE], capture_output=True, text=True, timeout=timeout_s, env=os.environ
+            [sys.executable, "-c", f"ESTIMATOR, PLATFORM = {ESTIMATOR!r}, {PLATFORM!r}\n{PLUGIN_PROBE}"],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=os.environ,
         )
     except subprocess.TimeoutExpired:
         return {"probe_error": f"the probe did not finish in {timeout_s:.0f} s"}
@@ -203,7 +207,7 @@ def plugin_problems(facts: Facts, names: tuple[str, ...]) -> list[str]:
     for name in names:
         if found["registered"].get(name):
             continue
-        kind = "the estimator" if name == "at_grpo" else "the platform"
+        kind = "the estimator" if name == ESTIMATOR else "the platform"
         what = f"{kind} {name!r} is not registered in a fresh process"
         if name in found.get("errors", {}):
             problems.append(f"{what}: the verl-mas plugin failed to register it: {found['errors'][name]}")
@@ -220,7 +224,7 @@ def plugin_problems(facts: Facts, names: tuple[str, ...]) -> list[str]:
 def target_problems(facts: Facts, target: str) -> list[str]:
     """What `target` (local, cpu, gpu) needs that this machine lacks; [] when it can run here."""
     problems = [f"verl-mas's requirement {unmet}" for unmet in facts.requirements.get("", [])]
-    problems += plugin_problems(facts, ("at_grpo", "cpu") if target == "cpu" else ("at_grpo",))
+    problems += plugin_problems(facts, (ESTIMATOR, PLATFORM) if target == "cpu" else (ESTIMATOR,))
     if "error" in facts.cuda:
         problems.append(f"torch does not import: {facts.cuda['error']}")
     if target == "cpu":
@@ -366,7 +370,7 @@ def report(
     own = facts.requirements.get("", [])
     lines.append(f"  {'(required)':<14}{'met' if not own else 'unmet ' + ', '.join(own)}")
     lines += ["", "verl plugin in a fresh process (as every Ray worker loads it)"]
-    for name, what in (("at_grpo", "estimator"), ("cpu", "platform")):
+    for name, what in ((ESTIMATOR, "estimator"), (PLATFORM, "platform")):
         problems = plugin_problems(facts, (name,))
         lines.append(f"  {name + ' ' + what:<22}{'registered' if not problems else problems[0]}")
     lines += ["", "sandbox layers (verl_mas.sandbox.protections())", *_layer_lines(facts.sandbox)]
@@ -412,7 +416,7 @@ def report(
 def _core(facts: Facts) -> list[str]:
     """What every way to run needs: verl-mas's own requirements and at_grpo registered."""
     return [f"verl-mas's requirement {unmet}" for unmet in facts.requirements.get("", [])] + plugin_problems(
-        facts, ("at_grpo",)
+        facts, (ESTIMATOR,)
     )
 
 

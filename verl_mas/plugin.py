@@ -12,8 +12,8 @@ import logging
 import os
 import traceback
 
-ESTIMATOR = "at_grpo"
-PLATFORM = "cpu"
+from verl_mas import ESTIMATOR, PLATFORM
+
 #: what could not be registered in this process -> the exception that stopped it (`Type: message`, where it rose)
 LOAD_ERRORS: dict[str, str] = {}
 
@@ -23,9 +23,9 @@ _logger = logging.getLogger(__name__)
 def _register_estimator() -> None:
     from verl.trainer.ppo.core_algos import register_adv_est
 
-    from verl_mas.advantage import ESTIMATOR_NAME, compute_at_grpo_advantage
+    from verl_mas.advantage import compute_at_grpo_advantage
 
-    register_adv_est(ESTIMATOR_NAME)(compute_at_grpo_advantage)
+    register_adv_est(ESTIMATOR)(compute_at_grpo_advantage)
 
 
 def _register_platform() -> None:

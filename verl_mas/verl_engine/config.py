@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.utils import need_critic, need_teacher_policy
 
+from verl_mas import ESTIMATOR
 from verl_mas.advantage import GROUPINGS, Grouping
 from verl_mas.env import get_env_class, make_env
 from verl_mas.rollout import RolloutConfig
@@ -332,9 +333,9 @@ def _is_int(value: Any) -> bool:
 
 def check_supported(config: DictConfig, mas: MasConfig) -> None:
     """Reject at start what the AT-GRPO trainer does not run, naming the key."""
-    if config.algorithm.adv_estimator != "at_grpo":
+    if config.algorithm.adv_estimator != ESTIMATOR:
         raise MasConfigError(
-            f"algorithm.adv_estimator must be at_grpo for AtGrpoTrainer, got {config.algorithm.adv_estimator!r}"
+            f"algorithm.adv_estimator must be {ESTIMATOR} for AtGrpoTrainer, got {config.algorithm.adv_estimator!r}"
         )
     if config.trainer.v1.trainer_mode != "sync":
         raise MasConfigError("trainer.v1.trainer_mode must be sync: the tree rollout is on-policy")

