@@ -28,7 +28,7 @@ def reading(success: float, boards: int) -> str:
 def arms_table() -> str:
     low = f"sampled_t{LOW_TEMPERATURE}"
     lines = [["arm", "tune", "greedy (SE)", "sampled at 1 (SE)", f"sampled at {LOW_TEMPERATURE} (SE)",
-              "invalid moves: greedy / sampled", "tune and eval, min"]]  # fmt: skip
+              "invalid moves: greedy / sampled", "wall, min"]]  # fmt: skip
     for r in records():
         tune = " ".join(r["overrides"]) or "the preset's"
         boards = r["eval_tasks"]
