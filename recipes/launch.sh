@@ -51,6 +51,17 @@ case "$LEVEL" in
     *) echo "unknown level '$LEVEL': use single, shared or per_role" >&2; exit 2 ;;
 esac
 
+# verl-mas and its python: those on PATH (an activated venv), else the checkout's own .venv (make creates it).
+if ! command -v verl-mas > /dev/null; then
+    VENV_BIN="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin"
+    if [[ ! -x "$VENV_BIN/verl-mas" ]]; then
+        echo "verl-mas is not on PATH and $VENV_BIN/verl-mas does not exist: install verl-mas (docs/gpu.md) and" \
+             "activate its environment, e.g. source .venv/bin/activate" >&2
+        exit 2
+    fi
+    PATH="$VENV_BIN:$PATH"
+fi
+
 # 6400 training rows (200 steps x 32 tasks: each row is played once) and 100 held-out boards.
 # The rows carry the recipe's mas.env_options (--options-from), so they match the run's options.
 verl-mas data --env "$ENV_NAME" --out "$DATA_DIR" --train 6400 --eval 100 --seed 0 \
