@@ -168,7 +168,9 @@ def step(overrides: Sequence[str], repeats: int) -> dict:
     from verl_mas.overrides import parse_overrides
 
     config = resolve_train_config(
-        parse_overrides(["preset=smollm2", "warm_start.epochs=0", "output_dir=/tmp/bench_real_model", *overrides])
+        parse_overrides(
+            ["preset=smollm2", "warm_start.tune_loaded=false", "output_dir=/tmp/bench_real_model", *overrides]
+        )
     )
     rows = []
     for repeat in range(repeats):

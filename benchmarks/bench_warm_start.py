@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from verl_mas.env import make_env
-from verl_mas.local.config import WarmStartConfig
+from verl_mas.local.config import WarmStartConfig, resolved_warm_start
 from verl_mas.local.model import build_tiny_model
 from verl_mas.local.presets import resolve_train_config
 from verl_mas.local.tokenizer import render_prompt
@@ -68,7 +68,7 @@ def main() -> None:
     model = build_tiny_model(len(tokenizer), spec.hidden, spec.layers, spec.heads, spec.max_positions, seed=0)
     examples = [(pair.messages, pair.move) for pair in pairs]
     one_epoch = WarmStartConfig(
-        epochs=1, lr=config.warm_start.lr, batch_size=config.warm_start.batch_size, lr_schedule="constant"
+        epochs=1, lr=resolved_warm_start(config).lr, batch_size=config.warm_start.batch_size, lr_schedule="constant"
     )
     seconds: dict[str, float] = {"label loss (baseline)": math.inf, "response positions": math.inf}
     losses: dict[str, float] = {}

@@ -33,6 +33,7 @@ from verl_mas.local.config import (
     config_json,
     read_config,
     resolved_warm_start,
+    trains_warm_start,
 )
 from verl_mas.local.presets import apply_train_overrides, resolve_train_config
 from verl_mas.local.reporting import read_metrics
@@ -243,7 +244,7 @@ def warm_start_key(config: LocalTrainConfig) -> str:
 
 # Warm-start keys added after warm starts were first saved, with the default that plays as the code did before them:
 # left out of the key at that default, so that a warm start saved before them is still found.
-LATER_WARM_START_KEYS = {"near_misses": 0.0}
+LATER_WARM_START_KEYS = {"near_misses": 0.0, "tune_loaded": False}
 
 
 def warm_start_text(warm_start: WarmStartConfig) -> str:
@@ -266,20 +267,14 @@ def save_warm_start(config: LocalTrainConfig, folder: Path, log: Callable[[str],
     (folder / WARM_START_KEY_FILE).write_text(warm_start_key(config))
 
 
-def saves_warm_start(config: LocalTrainConfig) -> bool:
-    """Whether the runs start from a warm start saved here: a model built from scratch, or loaded weights that
-    `warm_start.epochs` tunes (loaded weights left as they are are the runs' start themselves)."""
-    return not config.model.path or resolved_warm_start(config).epochs > 0
-
-
 def prepare_warm_start(config: LocalTrainConfig, agents: str, folder: Path, log: Callable[[str], None]) -> WarmStart:
-    """The warm start the runs load; with model.path given and no warm-start epochs asked for, that model is the
+    """The warm start the runs load; with model.path given and no `warm_start.tune_loaded`, that model is the
     starting point and nothing is trained.
 
     A warm start already saved in `folder` with the same key (env, options, seed, model, warm-start settings) is
     reused.
     """
-    if not saves_warm_start(config):
+    if not trains_warm_start(config):
         return WarmStart(config.env, config.seed, agents, config.model.path)
     warm_config = warm_start_run_config(config, agents == "single", folder)
     key_file = folder / WARM_START_KEY_FILE
@@ -302,7 +297,7 @@ def method_config(config: LocalTrainConfig, name: str, warm_path: str, folder: P
         **method.overrides,
         "env_options": {**method.env_options, "single_agent": not method.team},
         "model": {"path": warm_path},
-        "warm_start": {"epochs": 0},  # the start is warm already: every method loads it as it is
+        "warm_start": {"tune_loaded": False},  # the start is tuned already: every method loads it as it is
         "output_dir": str(folder),
     }
     if not method.trains:
@@ -730,7 +725,7 @@ def run_plan(plan: Plan, callbacks: Sequence[RunCallbacks] = ()) -> list[RunReco
             for method in plan.methods:
                 agents = "team" if METHODS[method].team else "single"
                 warm_folder = folder / f"warm_start_{agents}"
-                start = str(warm_folder) if saves_warm_start(config) else config.model.path
+                start = str(warm_folder) if trains_warm_start(config) else config.model.path
                 run_config = method_config(config, method, start, folder / method)
                 if plan.collect:
                     records.append(collected_record(run_config, method))
@@ -742,7 +737,7 @@ def run_plan(plan: Plan, callbacks: Sequence[RunCallbacks] = ()) -> list[RunReco
                     if agents not in warm_by_agents:
                         log = prefixed_log(env, seed, f"warm start ({agents})")
                         warm_by_agents[agents] = prepare_warm_start(config, agents, warm_folder, log)
-                        if saves_warm_start(config):
+                        if trains_warm_start(config):
                             warm_starts.append(warm_by_agents[agents])
                     records.append(run_method(run_config, method, warm_by_agents[agents], callbacks))
                 # rewritten after every run, so that a stopped command keeps the runs it finished

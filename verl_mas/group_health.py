@@ -71,7 +71,9 @@ class GroupHealth:
                 "samples' group labels (task uid, role, turn) do not match their prompts, so the advantages compare "
                 "replies to different questions (a bug in the rollout or in the labels)"
             )
-        if self.singleton_share >= MOSTLY_SINGLETONS:
+        # only where every group should be one prompt's K samples: the no-tree ablation's later turns and the coarse
+        # groupings may hold few samples by design
+        if self.expects_one_prompt and self.singleton_share >= MOSTLY_SINGLETONS:
             found["singletons"] = (
                 f"{self.singleton_share:.1%} of the {self.groups} advantage groups (grouped by {self.grouping}) hold a "
                 f"single sample (this warns at {MOSTLY_SINGLETONS:.0%}): a group of one has nothing to compare with, "

@@ -125,6 +125,10 @@ def prepare(name: str, log: Callable[[str], None] | None = None) -> Path:
         if (final / MANIFEST).is_file():  # another process converted it while this one waited
             check_sizes(final)
             return final
+        if final.exists():
+            raise PretrainedModelError(f"{final} exists without its {MANIFEST} (a damaged copy): delete it")
+        for stale in final.parent.glob(f".{final.name}.*"):  # a conversion killed part way; this one holds the lock
+            shutil.rmtree(stale, ignore_errors=True)
         if log is not None:
             log(f"converting {source.name} into {final} (once; about 20 s)")
         staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))

@@ -92,7 +92,7 @@ def run_arm(out: Path, seed: int, arm: str, start_arm: str) -> dict:
         *arm_overrides(arm, seed),
         f"seed={seed}",
         f"model.path={start}",
-        "warm_start.epochs=0",
+        "warm_start.tune_loaded=false",
     ]
     config = resolve_train_config(parse_overrides([*overrides, f"output_dir={folder}", "resume=true"]))
     started = time.perf_counter()

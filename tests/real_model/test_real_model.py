@@ -43,7 +43,7 @@ def tuned(tmp_path_factory):
 
 
 def test_the_local_engine_trains_a_team_of_the_real_model(tuned, tmp_path):
-    overrides = ["preset=smollm2", f"model.path={tuned}", "warm_start.epochs=0", "steps=1", "eval_tasks=4"]
+    overrides = ["preset=smollm2", f"model.path={tuned}", "warm_start.tune_loaded=false", "steps=1", "eval_tasks=4"]
     config = resolve_train_config(parse_overrides([*overrides, "checkpoint_every=1", f"output_dir={tmp_path}"]))
     summary = train(config, log=lambda _: None)
     assert summary.steps == 1

@@ -17,9 +17,17 @@ from typing import Any
 from verl_mas.env import make_env
 from verl_mas.group_health import GROUP_HEALTH_PREFIX
 from verl_mas.local.callbacks import RunCallbacks
-from verl_mas.local.config import CONFIG_FILE, SEED, LocalTrainConfig, LoraSpec, config_json, resolved_warm_start
+from verl_mas.local.config import (
+    CONFIG_FILE,
+    SEED,
+    LocalTrainConfig,
+    LoraSpec,
+    config_json,
+    read_config,
+    trains_warm_start,
+)
 from verl_mas.local.export import export_policies
-from verl_mas.local.files import RunError, check_writable_dir, read_json, write_text_atomic
+from verl_mas.local.files import RunError, check_writable_dir, write_text_atomic
 from verl_mas.local.presets import PRESETS, apply_train_overrides, resolve_train_config
 from verl_mas.local.reporting import read_metrics
 from verl_mas.local.train import RESUME_FREE_KEYS, train
@@ -81,9 +89,9 @@ class AblationPlan:
 
     @property
     def saves_warm_start(self) -> bool:
-        """Whether each seed's start is a warm start saved here: for a model built from scratch, or loaded weights
-        that `warm_start.epochs` tunes; loaded weights left as they are are every arm's start themselves."""
-        return not self.base.model.path or resolved_warm_start(self.base).epochs > 0
+        """Whether each seed's start is a warm start saved here (`trains_warm_start`): a model built from scratch, or
+        loaded weights with `warm_start.tune_loaded`; loaded weights left as they are are every arm's start."""
+        return trains_warm_start(self.base)
 
     def warm_start_path(self, seed: int) -> str:
         """The model every arm of `seed` starts from: the seed's saved warm start, or `model.path` untuned."""
@@ -101,7 +109,7 @@ class AblationPlan:
             self.ablation.key: arm,
             "seed": seed,
             "model": {"path": self.warm_start_path(seed)},
-            "warm_start": {"epochs": 0},  # the start is warm already: the arms load it as it is
+            "warm_start": {"tune_loaded": False},  # the start is tuned already: the arms load it as it is
             "output_dir": str(self.seed_folder(seed) / arm),
             "resume": True,  # a run stopped part way continues from its latest checkpoint (none: from the start)
         }
@@ -162,8 +170,9 @@ def ablate_help() -> str:
             f"  seeds      a count N (seeds 0..N-1) or a list (seeds=[0,3,5]), at least 2 (default {DEFAULT_SEEDS})",
             "  output_dir the ablation's folder (default runs/ablate_NAME)",
             "",
-            "Per seed, one warm start (the tiny model's, saved once to seed_S/warm_start as one model trained on every",
-            "role's expert moves; or model.path when given) is every arm's start, through model.path, with the same",
+            "Per seed, one warm start (saved once to seed_S/warm_start as one model trained on every role's expert",
+            "moves: the tiny model's, or model.path's with warm_start.tune_loaded=true; model.path itself otherwise)",
+            "is every arm's start, through model.path, with the same",
             "tasks, step budget and sampler seed. Each arm trains in seed_S/ARM, a normal run folder (config.json,",
             "metrics.jsonl, learning_curve.png, checkpoints/). The table goes to the terminal, ablation.json and",
             "ablation.md: held-out greedy and sampled success before and after, each arm's gain and each arm minus",
@@ -195,7 +204,7 @@ def parse_seeds(value: Any) -> tuple[int, ...]:
 
 def warm_start_key(config: LocalTrainConfig) -> str:
     """The settings a warm start's weights and tokenizer depend on, as JSON."""
-    settings = json.loads(config_json(dataclasses.replace(config, warm_start=resolved_warm_start(config))))
+    settings = json.loads(config_json(config))
     return json.dumps({key: settings[key] for key in WARM_START_KEYS}, indent=2, sort_keys=True)
 
 
@@ -216,7 +225,9 @@ def check_saved_folders(plan: AblationPlan) -> None:
             config = plan.arm_config(seed, arm)
             saved_file = Path(config.output_dir) / CONFIG_FILE
             if saved_file.is_file():
-                differing = differing_keys(read_json(saved_file), json.loads(config_json(config)), RESUME_FREE_KEYS)
+                # read back through the schema: a key added since the folder was written counts at its default
+                saved = json.loads(config_json(read_config(saved_file)))
+                differing = differing_keys(saved, json.loads(config_json(config)), RESUME_FREE_KEYS)
                 if differing:
                     raise ValueError(
                         f"output_dir: {saved_file.parent} holds a run of other settings ({', '.join(differing)}); "

@@ -40,14 +40,16 @@ class ModelSpec:
 class WarmStartConfig:
     """Supervised warm start on the environment's expert moves (tiny models start from random weights).
 
-    `epochs` and `lr` left None take the defaults of the model's kind (`resolved_warm_start`): a tiny model built from
-    scratch learns the format from nothing at a high rate; loaded weights are kept as they are unless epochs are
-    asked for, and are then tuned at a rate that does not wreck what pretraining taught.
+    Weights loaded from `model.path` are the start as they are, unless `tune_loaded` asks for a warm start of them too
+    (a pretrained model's format tune). `lr` left None takes the model kind's default (`resolved_warm_start`): a tiny
+    model built from scratch learns the format from nothing at a high rate; a pretrained one at a rate that keeps
+    what pretraining taught.
     """
 
     tasks: int = 1024
-    epochs: int | None = None
+    epochs: int = 6
     lr: float | None = None
+    tune_loaded: bool = False
     batch_size: int = 32
     # "cosine" decays the lr to zero over all warm-start batches; "constant" keeps it. Decay lets the last epochs
     # settle instead of bouncing around the minimum at the full lr.
@@ -77,25 +79,31 @@ class WarmStartConfig:
             isinstance(self.corrupt_roles, tuple) and all(isinstance(role, str) for role in self.corrupt_roles)
         ):
             raise ValueError(f"warm_start.corrupt_roles must be a list of role names, got {self.corrupt_roles!r}")
+        if not isinstance(self.tune_loaded, bool):
+            raise ValueError(f"warm_start.tune_loaded must be true or false, got {self.tune_loaded!r}")
         if self.lr_schedule not in WARM_START_SCHEDULES:
             raise ValueError(f"warm_start.lr_schedule must be one of {WARM_START_SCHEDULES}, got {self.lr_schedule!r}")
 
 
-SCRATCH_WARM_START_EPOCHS = 6
 SCRATCH_WARM_START_LR = 3e-3
-# A short supervised tune of pretrained weights: AdamW at 3e-3 (the scratch rate) drives a 135M chat model's
-# perplexity on plain text from about 20 into the thousands within a few batches.
+# A short supervised tune of pretrained weights, at a rate common for fine-tuning models of this size; the scratch
+# rate, 3e-3, is 150 times it.
 PRETRAINED_WARM_START_LR = 2e-5
 
 
+def trains_warm_start(config: LocalTrainConfig) -> bool:
+    """Whether a fresh run of `config` warm-starts its model: one built from scratch always does; weights loaded from
+    `model.path` only with `warm_start.tune_loaded` (else they are the start as they are, e.g. a saved warm start)."""
+    return not config.model.path or config.warm_start.tune_loaded
+
+
 def resolved_warm_start(config: LocalTrainConfig) -> WarmStartConfig:
-    """`config.warm_start` with the None epochs and lr filled in for the model's kind (loaded from `model.path`, or
-    built from scratch)."""
-    loaded = bool(config.model.path)
-    warm = config.warm_start
-    epochs = warm.epochs if warm.epochs is not None else (0 if loaded else SCRATCH_WARM_START_EPOCHS)
-    lr = warm.lr if warm.lr is not None else (PRETRAINED_WARM_START_LR if loaded else SCRATCH_WARM_START_LR)
-    return dataclasses.replace(warm, epochs=epochs, lr=lr)
+    """`config.warm_start` with a None lr filled in for the model's kind (loaded from `model.path`, or built from
+    scratch)."""
+    if config.warm_start.lr is not None:
+        return config.warm_start
+    lr = PRETRAINED_WARM_START_LR if config.model.path else SCRATCH_WARM_START_LR
+    return dataclasses.replace(config.warm_start, lr=lr)
 
 
 @dataclass(frozen=True)
@@ -257,7 +265,7 @@ NUMERIC_KEYS: dict[str, Range] = {
     "model.vocab_size": COUNT,
     "model.max_positions": COUNT,
     "warm_start.tasks": COUNT,
-    "warm_start.epochs": Range(0, integer=True, optional=True),
+    "warm_start.epochs": COUNT_OR_ZERO,
     "warm_start.lr": Range(0, low_open=True, optional=True),
     "warm_start.batch_size": COUNT,
     "warm_start.play_skill": PROBABILITY,
@@ -333,9 +341,9 @@ def _require_known(key: str, kind: str, names: Iterable[str], known: Sequence[st
 
 
 def config_json(config: LocalTrainConfig) -> str:
-    """The config as JSON; a warm start's None epochs and lr stay None, so that a run read back from it and pointed
-    at other weights resolves them for those (the arms of an ablation load a saved warm start this way)."""
-    return json.dumps(dataclasses.asdict(config), indent=2, default=str)
+    """The config as JSON, the warm start's lr as it resolves for this model (the rate that ran)."""
+    resolved = dataclasses.replace(config, warm_start=resolved_warm_start(config))
+    return json.dumps(dataclasses.asdict(resolved), indent=2, default=str)
 
 
 def read_config(path: Path) -> LocalTrainConfig:

@@ -29,7 +29,7 @@ from verl_mas.local.config import (
     RolloutMode,
     check_names,
     config_json,
-    resolved_warm_start,
+    trains_warm_start,
 )
 from verl_mas.local.files import RunError, check_writable_dir, load_tensors, read_json, write_text_atomic
 from verl_mas.local.generator import BatchingGenerator
@@ -134,11 +134,9 @@ class LocalRun:
         check_names(config, roles, self.router.policies)
         self.env_factory: EnvFactory = default_env_factory
         # Expert moves train a tiny model's tokenizer and feed the warm start: a model built from scratch always needs
-        # them, loaded weights only when warm_start.epochs asks for a tune.
-        from_scratch = checkpoint is None and not config.model.path
-        tunes_loaded = checkpoint is None and bool(config.model.path) and resolved_warm_start(config).epochs > 0
+        # them, loaded weights only when warm_start.tune_loaded asks for a tune.
         pairs = []
-        if from_scratch or tunes_loaded:
+        if checkpoint is None and trains_warm_start(config):
             log(f"collecting expert moves on {config.warm_start.tasks} warm-start boards")
             pairs = collect_expert_pairs(config, self.router)
         if checkpoint is not None:

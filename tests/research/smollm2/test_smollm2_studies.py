@@ -9,7 +9,7 @@ import pytest
 
 from research.smollm2_learning import learning
 from research.smollm2_regime import regime
-from verl_mas.local.config import resolved_warm_start
+from verl_mas.local.config import resolved_warm_start, trains_warm_start
 from verl_mas.local.presets import resolve_train_config
 from verl_mas.local.train import LocalRun, train
 from verl_mas.overrides import parse_overrides
@@ -19,15 +19,18 @@ TINY = ["preset=smoke", "eval_tasks=4", "progress=false"]
 
 def test_the_regime_arms_are_the_designs(tmp_path):
     configs = {name: regime.arm_config(name, tmp_path) for name in regime.ARMS}
-    tunes = {name: resolved_warm_start(config) for name, config in configs.items()}
-    assert {name: tune.epochs for name, tune in tunes.items()} == {
+    assert {name: config.warm_start.epochs for name, config in configs.items()} == {
         "team_zero_shot": 0,
         "team_tune1": 1,
         "team_tune3": 3,
         "single_tune3": 3,
     }
     for name, config in configs.items():
-        assert config.model.path == "smollm2-135m-instruct" and tunes[name].lr == 2e-5 and tunes[name].batch_size == 8
+        tune = resolved_warm_start(config)
+        assert config.model.path == "smollm2-135m-instruct" and trains_warm_start(
+            config
+        )  # the pretrained model is tuned
+        assert (tune.lr, tune.batch_size, tune.tasks) == (2e-5, 8, 128)
         assert (config.seed, config.eval_tasks, config.eval_samples, config.steps) == (0, 64, 1, 0)
         assert config.env_options.get("single_agent", False) == (name == "single_tune3")
         assert config.output_dir == str(tmp_path / name)

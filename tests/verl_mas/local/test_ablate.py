@@ -365,3 +365,20 @@ def test_the_command_documents_itself(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "verl-mas ablate grouping" in capsys.readouterr().out
+
+
+def test_the_arms_start_from_loaded_weights_as_they_are_unless_a_tune_is_asked_for(tmp_path):
+    loaded = plan_ablation("grouping", {"model": {"path": "/some/model"}, "output_dir": str(tmp_path), "seeds": 2})
+    assert not loaded.saves_warm_start and loaded.warm_start_path(1) == "/some/model"
+    # epochs alone never tune loaded weights (a config saved before tune_loaded existed reads as it did)
+    epochs = plan_ablation(
+        "grouping", {"model": {"path": "/m"}, "warm_start": {"epochs": 4}, "output_dir": str(tmp_path)}
+    )
+    assert not epochs.saves_warm_start
+    tuned = plan_ablation(
+        "grouping", {"model": {"path": "/m"}, "warm_start": {"tune_loaded": True}, "output_dir": str(tmp_path)}
+    )
+    assert tuned.saves_warm_start and tuned.warm_start_path(0) == str(tmp_path / "seed_0" / "warm_start")
+    arm = tuned.arm_config(0, "task")
+    assert arm.model.path == str(tmp_path / "seed_0" / "warm_start") and not arm.warm_start.tune_loaded  # no re-tune
+    assert plan_ablation("grouping", {"output_dir": str(tmp_path)}).saves_warm_start  # the tiny model: always

@@ -17,6 +17,7 @@ from verl_mas.local.config import (
     config_json,
     read_config,
     resolved_warm_start,
+    trains_warm_start,
 )
 from verl_mas.local.generator import SamplingConfig
 from verl_mas.local.presets import resolve_train_config
@@ -82,22 +83,28 @@ def test_grouping_presets_and_the_unknown_level_message():
 def test_sampling_and_update_temperatures_must_agree(capsys):
     with pytest.raises(ValueError, match="must equal sampling.temperature"):
         LocalTrainConfig(sampling=SamplingConfig(temperature=0.7))
-    assert ModelSpec().path == "" and resolved_warm_start(LocalTrainConfig()).epochs >= 1
+    assert ModelSpec().path == "" and WarmStartConfig().epochs >= 1
 
 
 def test_warm_start_defaults_follow_the_models_kind():
-    scratch = resolved_warm_start(LocalTrainConfig())
-    assert (scratch.epochs, scratch.lr) == (6, 3e-3)
+    scratch = LocalTrainConfig()
+    assert trains_warm_start(scratch) and resolved_warm_start(scratch).lr == 3e-3
     loaded = LocalTrainConfig(model=ModelSpec(path="smollm2-135m-instruct"))
-    assert (resolved_warm_start(loaded).epochs, resolved_warm_start(loaded).lr) == (0, 2e-5)  # kept as loaded
-    tuned = dataclasses.replace(loaded, warm_start=WarmStartConfig(epochs=1))
-    assert (resolved_warm_start(tuned).epochs, resolved_warm_start(tuned).lr) == (1, 2e-5)  # tuned gently
-    given = dataclasses.replace(loaded, warm_start=WarmStartConfig(epochs=2, lr=1e-4))
-    assert (resolved_warm_start(given).epochs, resolved_warm_start(given).lr) == (2, 1e-4)  # what is set wins
+    assert not trains_warm_start(loaded)  # loaded weights are the start as they are, whatever epochs says
+    assert not trains_warm_start(dataclasses.replace(loaded, warm_start=WarmStartConfig(epochs=4)))
+    tuned = dataclasses.replace(loaded, warm_start=WarmStartConfig(tune_loaded=True))
+    assert trains_warm_start(tuned) and resolved_warm_start(tuned).lr == 2e-5  # a pretrained model is tuned gently
+    given = dataclasses.replace(loaded, warm_start=WarmStartConfig(tune_loaded=True, lr=1e-4))
+    assert resolved_warm_start(given).lr == 1e-4  # what is set wins
     # a config built with a path through overrides resolves by the path, not by the default it was built over
     assert resolved_warm_start(resolve_train_config(parse_overrides(["model.path=some/folder"]))).lr == 2e-5
+    # config.json holds the lr that ran: a scratch run's reads 0.003, as every run saved before the default existed
+    assert json.loads(config_json(scratch))["warm_start"]["lr"] == 3e-3
+    assert json.loads(config_json(tuned))["warm_start"]["lr"] == 2e-5
     with pytest.raises(ValueError, match=r"warm_start.lr must be a finite number > 0 or null, got 0"):
         LocalTrainConfig(warm_start=WarmStartConfig(lr=0))
+    with pytest.raises(ValueError, match=r"warm_start.tune_loaded must be true or false, got 'yes'"):
+        WarmStartConfig(tune_loaded="yes")
 
 
 def test_warm_start_corrupt_roles_must_be_role_names(tmp_path):
@@ -139,7 +146,9 @@ def test_a_saved_config_reads_back_equal(tmp_path):
     overrides = ["preset=[code_tool,lora_per_role]", "env_options.size=6", "policy_lr.plan=1e-4", "resume=runs/x"]
     config = resolve_train_config(parse_overrides(overrides))
     (tmp_path / "config.json").write_text(config_json(config))
-    assert read_config(tmp_path / "config.json") == config
+    # the warm start's None lr is saved as the rate it resolved to; the rest reads back as it was
+    assert read_config(tmp_path / "config.json") == dataclasses.replace(config, warm_start=resolved_warm_start(config))
+    assert config_json(read_config(tmp_path / "config.json")) == config_json(config)
 
 
 @pytest.mark.parametrize(

