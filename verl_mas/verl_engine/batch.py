@@ -162,6 +162,13 @@ def prompt_codes_of(prompts: torch.Tensor) -> np.ndarray:
     return padded_prompt_codes(prompts.to_padded_tensor(padding=-1) if prompts.is_nested else prompts)
 
 
+def trained_scores(tags: SampleTags, token_level_rewards: torch.Tensor) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+    """The rows that train: their mask over the batch, their indices, and each one's score (its summed reward)."""
+    real = tags.trained
+    rows = torch.from_numpy(np.nonzero(real)[0])
+    return real, rows, token_level_rewards[rows].sum(dim=-1).double().numpy()
+
+
 def step_group_health(
     tags: SampleTags,
     token_level_rewards: torch.Tensor,
@@ -173,13 +180,12 @@ def step_group_health(
     """The health of the advantage step's groups under `grouping`, over the rows that train (None when none does):
     each row's score is its summed reward and its advantage the one on its response tokens (`row_advantages`). Under
     "task_role_turn" every group is one tree node's K candidates, so it must hold one prompt."""
-    real = tags.trained
-    if not real.any():
+    real, rows, scores = trained_scores(tags, token_level_rewards)
+    if not len(rows):
         return None
-    rows = torch.from_numpy(np.nonzero(real)[0])
     role, turn = tags.role[real], tags.turn[real]
     return group_health(
-        token_level_rewards[rows].sum(dim=-1).double().numpy(),
+        scores,
         row_advantages(advantages[rows], response_mask[rows]),
         group_ids(len(rows), index=tags.task_uid[real], role=role, turn=turn, grouping=grouping),
         prompt_codes[real],
@@ -199,12 +205,11 @@ def step_coarser_health(
 ) -> list[GroupHealth]:
     """`coarser_health` of the advantage step's rows that train: what the groupings coarser than `mas.grouping` would
     give on this batch's scores."""
-    real = tags.trained
-    if not real.any():
+    real, rows, scores = trained_scores(tags, token_level_rewards)
+    if not len(rows):
         return []
-    rows = torch.from_numpy(np.nonzero(real)[0])
     return coarser_health(
-        token_level_rewards[rows].sum(dim=-1).double().numpy(), prompt_codes[real], index=tags.task_uid[real],
+        scores, prompt_codes[real], index=tags.task_uid[real],
         role=tags.role[real], turn=tags.turn[real], grouping=grouping, norm_adv_by_std=norm_adv_by_std,
     )  # fmt: skip
 
