@@ -1,4 +1,4 @@
-"""The registered pretrained model: its conversion from the registry package's GGUF, its tokens, and its folder checks."""
+"""The registered pretrained model: its conversion from the registry GGUF, its tokens, and its folder checks."""
 
 from __future__ import annotations
 
