@@ -33,7 +33,7 @@ COMMON = ["preset=smollm2", "seed=0", "eval_tasks=64", "eval_samples=1", "steps=
 # The design (README.md): fixed before the first run of this study.
 ARMS: dict[str, list[str]] = {
     "team_zero_shot": ["warm_start.epochs=0"],
-    "team_tune1": [],
+    "team_tune1": ["warm_start.epochs=1"],  # recorded as [] when the preset tuned 1 epoch
     "team_tune3": ["warm_start.epochs=3"],
     "single_tune3": ["warm_start.epochs=3", "env_options.single_agent=true"],
 }

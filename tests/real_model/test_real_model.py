@@ -26,7 +26,14 @@ pytestmark = pytest.mark.real_model
 MODEL = "smollm2-135m-instruct"
 ENV_OPTIONS = SMOLLM2_OVERRIDES["env_options"]
 # A quick tune at a high rate (the preset's 2e-5 takes longer to make moves readable): enough for varied rewards.
-TUNE = ["preset=smollm2", "warm_start.tasks=32", "warm_start.lr=1e-4", "steps=0", "progress=false"]
+TUNE = [
+    "preset=smollm2",
+    "warm_start.tasks=32",
+    "warm_start.epochs=1",
+    "warm_start.lr=1e-4",
+    "steps=0",
+    "progress=false",
+]
 
 
 @pytest.fixture(scope="module")

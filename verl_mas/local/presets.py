@@ -56,7 +56,7 @@ SMOLLM2_OVERRIDES = {
     "eval_tasks": 64,
     "eval_every": 10,
     "eval_samples": 1,
-    "warm_start": {"tasks": 128, "epochs": 1, "batch_size": 8, "tune_loaded": True},
+    "warm_start": {"tasks": 128, "epochs": 3, "batch_size": 8, "tune_loaded": True},
     "sampling": {"max_new_tokens": 16},
     "update": {"lr": 1e-5, "micro_batch_size": 16},
     "output_dir": "runs/smollm2",
