@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -116,14 +115,12 @@ class _PolicyBuilder:
             examples = [(pair.messages, pair.move) for pair in pairs]
             config = resolved_warm_start(self.config)
             self.log(f"warm start {name}: {len(pairs)} expert moves, {config.epochs} epoch(s) at lr {config.lr:g}")
-            epoch_log = functools.partial(_prefixed, self.log, f"warm start {name}: ")
-            loss = warm_start(model, self.tokenizer, examples, config, self.config.seed, log=epoch_log)
+            loss = warm_start(
+                model, self.tokenizer, examples, config, self.config.seed,
+                log=lambda line: self.log(f"warm start {name}: {line}"),
+            )  # fmt: skip
             self.log(f"warm start {name}: {len(pairs)} expert moves, final loss {loss:.3f}")
 
     def _update_config(self, policy: str) -> UpdateConfig:
         lr = self.config.policy_lr.get(policy, self.config.update.lr)
         return dataclasses.replace(self.config.update, lr=lr)
-
-
-def _prefixed(log: Callable[[str], None], prefix: str, line: str) -> None:
-    log(prefix + line)
