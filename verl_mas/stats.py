@@ -1,8 +1,9 @@
 """Paired statistics over seeds: the 95% t quantile, the mean, standard error and 95% t interval of paired
-differences, and their text and Markdown tables."""
+differences, their paired t p-value and Holm's correction, and their text and Markdown tables."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,3 +79,48 @@ def markdown_table(lines: Sequence[Sequence[str]]) -> str:
     escaped = [[str(cell).replace("|", "\\|") for cell in line] for line in lines]
     rows = ["| " + " | ".join(line) + " |" for line in escaped]
     return "\n".join([rows[0], "|" + "---|" * len(lines[0]), *rows[1:]])
+
+
+def t_two_sided_p(t: float, df: int) -> float:
+    """P(|T| >= |t|) for Student's t with integer `df` >= 1, by the closed-form sums over cos(theta) (no special
+    functions needed): theta = atan(|t| / sqrt(df))."""
+    if df < 1:
+        raise ValueError(f"a t p-value needs at least 1 degree of freedom, got {df}")
+    theta = math.atan(abs(t) / math.sqrt(df))
+    cos2 = math.cos(theta) ** 2
+    if df % 2:  # odd: 2/pi * (theta + sin * cos * (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
+        term, series = 1.0, 1.0
+        for k in range(1, (df - 1) // 2):
+            term *= 2 * k / (2 * k + 1) * cos2
+            series += term
+        inside = 2 / math.pi * (theta + (math.sin(theta) * math.cos(theta) * series if df > 1 else 0.0))
+    else:  # even: sin * (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+        term, series = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= (2 * k - 1) / (2 * k) * cos2
+            series += term
+        inside = math.sin(theta) * series
+    return min(1.0, max(0.0, 1.0 - inside))
+
+
+def paired_p_value(summary: PairedSummary) -> float | None:
+    """The two-sided p-value of a paired t test that the differences' mean is 0; None below two differences. A zero SE
+    gives 1 for a zero mean and 0 otherwise."""
+    if summary.mean is None or summary.se is None:
+        return None
+    if summary.se == 0:
+        return 1.0 if summary.mean == 0 else 0.0
+    return t_two_sided_p(summary.mean / summary.se, summary.n - 1)
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of m p-values, in their given order: the i-th smallest times (m - i + 1), made
+    monotone and capped at 1. An adjusted p below alpha rejects at family-wise error alpha."""
+    m = len(p_values)
+    order = sorted(range(m), key=lambda index: p_values[index])
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p_values[index]))
+        adjusted[index] = running
+    return adjusted

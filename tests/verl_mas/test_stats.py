@@ -4,7 +4,17 @@ import math
 
 import pytest
 
-from verl_mas.stats import PairedSummary, interval_text, markdown_table, number, paired_summary, t_quantile_95
+from verl_mas.stats import (
+    PairedSummary,
+    holm_adjusted,
+    interval_text,
+    markdown_table,
+    number,
+    paired_p_value,
+    paired_summary,
+    t_quantile_95,
+    t_two_sided_p,
+)
 
 
 def test_t_quantile_reads_the_table_and_falls_back_to_the_normal_past_30():
@@ -59,3 +69,38 @@ def test_text_helpers():
     assert number(None) == "-" and number(0.1234) == "0.123" and number(0.1234, signed=True) == "+0.123"
     assert interval_text(None) == "-" and interval_text((-0.01, 0.02)) == "[-0.010, +0.020]"
     assert markdown_table([["a", "b|c"], ["1", "2"]]) == "| a | b\\|c |\n|---|---|\n| 1 | 2 |"
+
+
+@pytest.mark.parametrize("df, t", [(1, 12.706), (2, 4.303), (4, 2.776), (7, 2.365), (15, 2.131), (30, 2.042)])
+def test_t_p_value_at_the_tabled_95_quantiles_is_five_percent(df, t):
+    assert t_two_sided_p(t, df) == pytest.approx(0.05, abs=2e-4)
+    assert t_two_sided_p(-t, df) == t_two_sided_p(t, df)
+
+
+def test_t_p_value_closed_forms_by_hand():
+    assert t_two_sided_p(1.0, 1) == pytest.approx(0.5)  # 1 - 2/pi * atan(1)
+    assert t_two_sided_p(1.0, 2) == pytest.approx(1 - 1 / 3**0.5)  # 1 - t / sqrt(2 + t^2)
+    assert t_two_sided_p(0.0, 5) == pytest.approx(1.0)
+    assert t_two_sided_p(1e6, 3) == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="degree of freedom"):
+        t_two_sided_p(1.0, 0)
+
+
+def test_paired_p_value_of_hand_made_differences():
+    # mean 0.1, SE sqrt(0.02 / 3) / 2, so t = sqrt(6) on 3 df; theta = atan(sqrt(2)), sin * cos = sqrt(2) / 3:
+    # p = 1 - 2 / pi * (atan(sqrt(2)) + sqrt(2) / 3) = 0.0917
+    summary = paired_summary([0.0, 0.1, 0.2, 0.1])
+    expected = 1 - 2 / math.pi * (math.atan(2**0.5) + 2**0.5 / 3)
+    assert expected == pytest.approx(0.0917, abs=1e-4)
+    assert paired_p_value(summary) == pytest.approx(expected)
+    assert t_two_sided_p(2.0, 3) == pytest.approx(0.1393, abs=1e-4)  # the t table
+    assert paired_p_value(paired_summary([0.2, 0.2])) == 0.0
+    assert paired_p_value(paired_summary([0.0, 0.0])) == 1.0
+    assert paired_p_value(paired_summary([0.3])) is None
+
+
+def test_holm_adjustment_by_hand():
+    # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> raised to 0.06 (monotone)
+    assert holm_adjusted([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm_adjusted([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm_adjusted([]) == []
