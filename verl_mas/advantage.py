@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 import torch
@@ -23,6 +23,21 @@ GROUPING_KEYS: dict[str, tuple[str, ...]] = {
 Labels = np.ndarray | Sequence
 
 
+class GroupingError(ValueError):
+    """A grouping that is not one of `GROUPINGS`; the message names the setting and the groupings there are."""
+
+
+def check_grouping(grouping: object, key: str = "grouping") -> Grouping:
+    """`grouping` itself when it is one of `GROUPINGS`; every engine, config and estimator call checks it here.
+
+    Raises:
+        GroupingError: anything else (another name, another case, padding, None, a number), naming `key`.
+    """
+    if not isinstance(grouping, str) or grouping not in GROUPINGS:
+        raise GroupingError(f"{key}: unknown grouping {grouping!r}; use one of {list(GROUPINGS)}")
+    return cast(Grouping, grouping)
+
+
 def compute_at_grpo_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -37,6 +52,9 @@ def compute_at_grpo_advantage(
     reward_baselines: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """AT-GRPO advantages, broadcast over each sample's response tokens.
+
+    `verl_mas.plugin` registers it in verl's estimator registry as `ESTIMATOR` (verl loads that plugin in every
+    process), so a plain verl config selects it by name, and both engines call it through the registry as verl does.
 
     verl's dispatcher calls it as fn(token_level_rewards=, response_mask=, config=, index=); both engines add
     role=, turn= and grouping=.
@@ -60,8 +78,8 @@ def compute_at_grpo_advantage(
         (advantages, returns), equal, [bs, L]. Groups of one get mean 0 and std 1, as in verl's GRPO.
 
     Raises:
-        ValueError: empty batch, mismatched shapes or lengths, non-finite rewards, role without turn, unknown
-            grouping.
+        ValueError: empty batch, mismatched shapes or lengths, non-finite rewards, role without turn.
+        GroupingError (a ValueError): unknown grouping.
     """
     scores = _validated_scores(token_level_rewards, response_mask)
     group = torch.from_numpy(group_ids(scores.shape[0], index=index, role=role, turn=turn, grouping=grouping))
@@ -96,12 +114,12 @@ def group_ids(
     """Dense int64 group ids (0..G-1, in order of first appearance) of n samples under `grouping`.
 
     Raises:
-        ValueError: unknown grouping, role without turn (or turn without role), a column whose length is not n.
+        GroupingError: unknown grouping.
+        ValueError: role without turn (or turn without role), a column whose length is not n.
     """
-    if grouping not in GROUPINGS:
-        raise ValueError(f"at_grpo: grouping must be one of {list(GROUPINGS)}, got {grouping!r}")
+    check_grouping(grouping, f"{ESTIMATOR} grouping")
     if (role is None) != (turn is None):
-        raise ValueError("at_grpo: pass both role and turn to group by (index, role, turn), or neither")
+        raise ValueError(f"{ESTIMATOR}: pass both role and turn to group by (index, role, turn), or neither")
     given = {"index": index, "role": role, "turn": turn}
     columns = {name: _as_array(name, values, n) for name, values in given.items() if values is not None}
     keys = GROUPING_KEYS[grouping]
@@ -137,7 +155,7 @@ def _as_array(name: str, values: Labels, n: int) -> np.ndarray:
     # A list becomes an object array, so that "1" and 1 stay different labels instead of both turning into "1".
     array = (values if isinstance(values, np.ndarray) else np.asarray(values, dtype=object)).reshape(-1)
     if array.shape[0] != n:
-        raise ValueError(f"at_grpo: {name} has {array.shape[0]} entries for a batch of {n}")
+        raise ValueError(f"{ESTIMATOR}: {name} has {array.shape[0]} entries for a batch of {n}")
     return array
 
 
@@ -156,19 +174,19 @@ def _factorize(values: np.ndarray) -> tuple[np.ndarray, int]:
 def _validated_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """[bs] row sums of the rewards, in their own dtype as verl sums them."""
     if not isinstance(token_level_rewards, torch.Tensor) or token_level_rewards.dim() != 2:
-        raise ValueError("at_grpo: token_level_rewards must be a 2-D tensor [batch, response_length]")
+        raise ValueError(f"{ESTIMATOR}: token_level_rewards must be a 2-D tensor [batch, response_length]")
     if token_level_rewards.shape[0] == 0:
-        raise ValueError("at_grpo: empty batch")
+        raise ValueError(f"{ESTIMATOR}: empty batch")
     if tuple(response_mask.shape) != tuple(token_level_rewards.shape):
         raise ValueError(
-            f"at_grpo: response_mask shape {tuple(response_mask.shape)} != "
+            f"{ESTIMATOR}: response_mask shape {tuple(response_mask.shape)} != "
             f"token_level_rewards shape {tuple(token_level_rewards.shape)}"
         )
     scores = token_level_rewards.detach().sum(dim=-1)
     bad = ~torch.isfinite(scores)
     if bad.any():
         rows = torch.nonzero(bad).flatten()[:5].tolist()
-        raise ValueError(f"at_grpo: non-finite (NaN/inf) rewards in rows {rows}")
+        raise ValueError(f"{ESTIMATOR}: non-finite (NaN/inf) rewards in rows {rows}")
     return scores
 
 

@@ -24,6 +24,7 @@ from verl.utils.device import auto_set_device
 from verl.utils.logging_utils import configure_verl_logging
 
 from verl_mas import plugin  # registers the at_grpo estimator and the cpu platform in this process
+from verl_mas.advantage import GroupingError
 from verl_mas.dataset import read_tasks
 from verl_mas.env import get_env_class, make_env
 from verl_mas.pretrained import PretrainedModelError, is_pretrained_name, prepared_path
@@ -43,6 +44,7 @@ def check_config(config: DictConfig) -> MasConfig:
 
     Raises:
         MasConfigError: naming the key (and the file and row for data) and what it accepts.
+        GroupingError: mas.grouping names no grouping (`verl_mas.advantage.check_grouping`).
     """
     if "mas" not in config:
         raise MasConfigError("mas: missing; compose over verl_mas/config/mas_defaults.yaml")
@@ -284,7 +286,7 @@ def main(config: DictConfig) -> None:
     auto_set_device(config)
     try:
         check_config(config)
-    except MasConfigError as error:  # the message names the key: no hydra banner, no traceback
+    except (MasConfigError, GroupingError) as error:  # the message names the key: no hydra banner, no traceback
         print(f"verl_mas.main: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     warn_memory_plan(config, warn=lambda line: print(line, file=sys.stderr))

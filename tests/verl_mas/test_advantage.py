@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -13,7 +14,14 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, get_adv_estimator_fn
 
-from verl_mas.advantage import GROUPINGS, compute_at_grpo_advantage, group_ids, registered_estimator
+from verl_mas.advantage import (
+    GROUPINGS,
+    GroupingError,
+    check_grouping,
+    compute_at_grpo_advantage,
+    group_ids,
+    registered_estimator,
+)
 
 
 def outcome_rewards(scores: list[float], lengths: list[int], width: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
@@ -344,5 +352,22 @@ def test_mismatched_role_length_is_named(grouping):
 
 def test_unknown_grouping_is_rejected_with_the_choices():
     choices = r"\['task_role_turn', 'task_role', 'task'\]"
-    with pytest.raises(ValueError, match=rf"grouping must be one of {choices}, got 'turn'"):
+    with pytest.raises(GroupingError, match=rf"^at_grpo grouping: unknown grouping 'turn'; use one of {choices}$"):
         compute_at_grpo_advantage(torch.zeros(2, 1), torch.ones(2, 1), ["t", "t"], grouping="turn")
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    ["turn", "", "TASK", " task", "task\n", "task_role_turn,task", None, 0, True, ["task"], ("task",), {"task": 1}],
+)
+def test_check_grouping_refuses_anything_but_a_grouping_name_naming_the_key(hostile):
+    with pytest.raises(
+        GroupingError, match=rf"^mas\.grouping: unknown grouping {re.escape(repr(hostile))}; use one of"
+    ):
+        check_grouping(hostile, "mas.grouping")
+
+
+@pytest.mark.parametrize("grouping", GROUPINGS)
+def test_check_grouping_returns_a_grouping_name_unchanged(grouping):
+    assert check_grouping(grouping) == grouping
+    assert check_grouping(np.str_(grouping)) == grouping  # a label read from a numpy column is still a name

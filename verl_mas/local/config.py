@@ -12,7 +12,7 @@ from typing import Any, Literal, get_args
 
 import torch
 
-from verl_mas.advantage import GROUPINGS, Grouping
+from verl_mas.advantage import Grouping, check_grouping
 from verl_mas.local.files import read_json
 from verl_mas.local.generator import SamplingConfig
 from verl_mas.local.update import UpdateConfig
@@ -186,8 +186,7 @@ class LocalTrainConfig:
             raise ValueError(f"rollout_mode must be 'tree' or 'independent', got {self.rollout_mode!r}")
         if self.resume == "":
             raise ValueError("resume must be true, false or a checkpoint path, got an empty string")
-        if self.grouping not in GROUPINGS:
-            raise ValueError(f"grouping must be one of {GROUPINGS}, got {self.grouping!r}")
+        check_grouping(self.grouping)
         if not isinstance(self.norm_adv_by_std, bool):
             raise ValueError(f"norm_adv_by_std must be true or false, got {self.norm_adv_by_std!r}")
         if self.update.temperature != self.sampling.temperature:

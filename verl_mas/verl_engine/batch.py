@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from transfer_queue import KVBatchMeta
 
+from verl_mas import ESTIMATOR
 from verl_mas.advantage import group_ids, registered_estimator
 from verl_mas.group_health import GroupHealth, coarser_health, group_health, padded_prompt_codes, row_advantages
 from verl_mas.metrics import infra_failure_metrics
@@ -44,7 +45,7 @@ class SampleTags:
             ValueError: a real row lacks a tag (it was not produced by the `mas_agent` loop), naming row and key.
         """
         if len(extra_fields) != len(padding):
-            raise ValueError(f"at_grpo step: {len(extra_fields)} rows of extra_fields for {len(padding)} tags")
+            raise ValueError(f"{ESTIMATOR} step: {len(extra_fields)} rows of extra_fields for {len(padding)} tags")
         keys = ("task_uid", "role", "turn", "policy", "mixed_reward")
         columns: dict[str, list] = {key: [] for key in (*keys, "env_error", "valid", "infra_failure")}
         for row, (fields, is_padding) in enumerate(zip(extra_fields, padding, strict=True)):
@@ -52,7 +53,7 @@ class SampleTags:
             missing = [key for key in keys if fields.get(key) is None]
             if missing and not is_padding:
                 raise ValueError(
-                    f"at_grpo step: row {row} has no extra_fields {missing}; was it produced by the mas_agent loop?"
+                    f"{ESTIMATOR} step: row {row} has no extra_fields {missing}; was it produced by the mas_agent loop?"
                 )
             for key in keys:
                 columns[key].append(fields.get(key, ""))
@@ -230,7 +231,9 @@ def split_by_policy(
     """
     unknown = sorted(set(policy_of_row) - set(policies))
     if unknown:
-        raise ValueError(f"at_grpo step: rows name policies {unknown}, not served by this trainer ({list(policies)})")
+        raise ValueError(
+            f"{ESTIMATOR} step: rows name policies {unknown}, not served by this trainer ({list(policies)})"
+        )
     parts = {}
     for policy in policies:
         keys = [key for key, owner in zip(batch.keys, policy_of_row, strict=True) if owner == policy]

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.ppo.utils import need_critic, need_teacher_policy
 
 from verl_mas import ESTIMATOR
-from verl_mas.advantage import GROUPINGS, Grouping
+from verl_mas.advantage import Grouping, check_grouping
 from verl_mas.env import get_env_class, make_env
 from verl_mas.rollout import RolloutConfig
 from verl_mas.router import PolicyRouter
@@ -115,8 +115,7 @@ class MasConfig:
     max_logprob_gap: float | None = DEFAULT_MAX_LOGPROB_GAP
 
     def __post_init__(self) -> None:
-        if self.grouping not in GROUPINGS:
-            raise MasConfigError(f"mas.grouping: unknown grouping {self.grouping!r}; use one of {list(GROUPINGS)}")
+        check_grouping(self.grouping, "mas.grouping")
         if self.rollout.with_expert:
             raise MasConfigError(
                 "mas.rollout.with_expert must be false: expert moves feed scripted policies, not model generation"
@@ -340,7 +339,7 @@ def check_supported(config: DictConfig, mas: MasConfig) -> None:
     if config.trainer.v1.trainer_mode != "sync":
         raise MasConfigError("trainer.v1.trainer_mode must be sync: the tree rollout is on-policy")
     if need_critic(config):
-        raise MasConfigError("critic: AT-GRPO uses no critic; set algorithm.adv_estimator=at_grpo")
+        raise MasConfigError(f"critic: AT-GRPO uses no critic; set algorithm.adv_estimator={ESTIMATOR}")
     if mas.max_logprob_gap is not None and not config.actor_rollout_ref.rollout.get("calculate_log_probs", True):
         raise MasConfigError(
             "actor_rollout_ref.rollout.calculate_log_probs=false: the on-policy guard (mas.max_logprob_gap) compares "

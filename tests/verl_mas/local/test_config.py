@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from verl_mas.advantage import GroupingError
 from verl_mas.env import make_env
 from verl_mas.local.config import (
     NUMERIC_KEYS,
@@ -28,7 +29,7 @@ from verl_mas.overrides import parse_overrides
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"grouping": "episode"}, "grouping must be"),
+        ({"grouping": "episode"}, "grouping: unknown grouping 'episode'"),
         ({"k": 0}, "k must be an integer >= 1, got 0"),
         ({"device": "gpu0"}, "device must be 'cpu', 'cuda', 'cuda:N' or 'auto'"),
         ({"norm_adv_by_std": "no"}, "norm_adv_by_std must be true or false, got 'no'"),
@@ -75,8 +76,8 @@ def test_a_preset_for_one_env_alone_is_refused_on_another():
 def test_grouping_presets_and_the_unknown_level_message():
     assert resolve_train_config({"preset": "grouping_task_role"}).grouping == "task_role"
     assert resolve_train_config({"preset": "grouping_task"}).grouping == "task"
-    levels = r"\('task_role_turn', 'task_role', 'task'\)"
-    with pytest.raises(ValueError, match=rf"^grouping must be one of {levels}, got 'role'$"):
+    levels = r"\['task_role_turn', 'task_role', 'task'\]"
+    with pytest.raises(GroupingError, match=rf"^grouping: unknown grouping 'role'; use one of {levels}$"):
         resolve_train_config(parse_overrides(["grouping=role"]))
 
 

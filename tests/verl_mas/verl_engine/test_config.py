@@ -7,6 +7,7 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
+from verl_mas.advantage import GroupingError
 from verl_mas.rollout import RolloutConfig
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, PolicyConfig
 
@@ -92,10 +93,6 @@ def test_an_omegaconf_node_is_accepted():
         (mas(rollout={"with_expert": True}), r"^mas\.rollout\.with_expert must be false"),
         (mas(rollout={"n": 8}), r"^mas\.rollout: unknown key\(s\) \['n'\]; known keys: \['k', 'alpha', "),
         (mas(rollout=8), r"^mas\.rollout must be a mapping, got 8"),
-        (
-            mas(grouping="turn"),
-            r"^mas\.grouping: unknown grouping 'turn'; use one of \['task_role_turn', 'task_role', 'task'\]",
-        ),
         (mas(kk=8), r"^mas: unknown key\(s\) \['kk'\]; known keys: \['env', 'env_options', 'router', "),
         (
             mas(router="shared", policies={"tool": {}}),
@@ -118,6 +115,13 @@ def test_an_omegaconf_node_is_accepted():
 def test_bad_settings_fail_naming_the_key(node, message):
     with pytest.raises(MasConfigError, match=message):
         MasConfig.from_mapping(node)
+
+
+@pytest.mark.parametrize("grouping", ["turn", "", "Task", None, 3, ["task"]])
+def test_a_bad_grouping_fails_with_the_grouping_check_every_engine_uses(grouping):
+    choices = r"\['task_role_turn', 'task_role', 'task'\]"
+    with pytest.raises(GroupingError, match=rf"^mas\.grouping: unknown grouping .*; use one of {choices}$"):
+        MasConfig.from_mapping(mas(grouping=grouping))
 
 
 @pytest.mark.parametrize(
@@ -144,7 +148,7 @@ def test_the_timeline_is_a_file_path_or_null():
 
 
 def test_direct_construction_is_validated_too():
-    with pytest.raises(MasConfigError, match=r"^mas\.grouping: unknown grouping 'role'"):
+    with pytest.raises(GroupingError, match=r"^mas\.grouping: unknown grouping 'role'"):
         MasConfig(env="sudoku", grouping="role")
     with pytest.raises(MasConfigError, match=r"^mas\.router: unknown role\(s\) \['judge'\]"):
         MasConfig(env="sudoku", router={"tool": "a", "plan": "a", "judge": "a"})

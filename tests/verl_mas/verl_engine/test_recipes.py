@@ -19,6 +19,7 @@ from verl.trainer.main_ppo import TaskRunnerV1
 from verl.utils.config import omega_conf_to_dataclass
 
 from verl_mas import cli
+from verl_mas.advantage import GroupingError
 from verl_mas.env.registry import ENTRY_POINT_GROUP
 from verl_mas.main import AGENT_LOOPS_FILE, CONFIG_DIR, MasTaskRunner, check_config, main
 from verl_mas.rollout import RolloutConfig
@@ -284,7 +285,6 @@ def test_base_config_checks_and_fills_in_the_agent_loop_file(base_config):
     [
         ({"mas.router": {"tool": "a", "coder": "b"}}, r"^mas\.router: unknown role\(s\) \['coder'\]"),
         ({"mas.rollout.k": 0}, r"^mas\.rollout\.k must be >= 1, got 0"),
-        ({"mas.grouping": "turn"}, r"^mas\.grouping: unknown grouping 'turn'"),
         ({"algorithm.adv_estimator": "grpo"}, r"^algorithm\.adv_estimator must be at_grpo"),
         ({"trainer.use_v1": False}, r"^trainer\.use_v1 must be true"),
         ({"trainer.n_gpus_per_node": 7, "mas.router": "per_role"}, r"^mas\.policies\.\*\.n_gpus_per_node: 7 GPU"),
@@ -342,6 +342,18 @@ def test_train_and_eval_rows_may_play_different_problem_sets_but_nothing_else(tm
     config = composed(CONFIG_DIR, "mas_trainer", ["mas.env=math", train[0], other[1]])
     with pytest.raises(MasConfigError, match=r"data\.val_files: .* row 0 was written with options"):
         check_config(config)
+
+
+def test_a_bad_grouping_stops_check_config_and_main_with_the_one_grouping_error(base_config, monkeypatch, capsys):
+    monkeypatch.setattr("verl_mas.main.run_ppo", lambda config, task_runner_class: pytest.fail("ray was started"))
+    bad = copy.deepcopy(base_config)
+    OmegaConf.update(bad, "mas.grouping", "turn")
+    with pytest.raises(GroupingError, match=r"^mas\.grouping: unknown grouping 'turn'; use one of "):
+        check_config(copy.deepcopy(bad))
+    with pytest.raises(SystemExit) as exited:
+        main.__wrapped__(bad)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.startswith("verl_mas.main: mas.grouping: unknown grouping 'turn'")
 
 
 def test_main_checks_before_it_hands_the_config_to_ray(base_config, monkeypatch, capsys):
