@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 import verl_mas.env.registry as env_registry
@@ -136,3 +138,47 @@ def test_a_bad_import_path_is_an_unknown_environment_naming_what_is_wrong(user_m
     with pytest.raises(KeyError, match=message):
         make_env(path)
     assert path not in ENVS
+
+
+@pytest.fixture
+def in_a_folder_off_the_import_path(tmp_path, monkeypatch):
+    """The current folder is `tmp_path`, which the import path does not hold, as for the `verl-mas` console script;
+    the import path, the modules written here and the registry are restored afterwards."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [entry for entry in sys.path if entry not in ("", ".")])
+    monkeypatch.setattr(ENVS, "_entries", dict(ENVS._entries))
+    yield tmp_path
+    for name in [name for name in sys.modules if name.startswith("here_")]:
+        del sys.modules[name]
+
+
+def test_an_import_path_finds_a_module_in_the_current_folder(in_a_folder_off_the_import_path):
+    (in_a_folder_off_the_import_path / "here_game.py").write_text(USER_MODULE)
+    env = make_env("here_game:ThreeRoles")
+    assert env.workflow().roles == ("x", "y", "z")
+    assert sys.path[-1] == str(in_a_folder_off_the_import_path)  # appended last: installed modules still come first
+
+
+def test_a_module_in_the_current_folder_never_shadows_an_installed_one(in_a_folder_off_the_import_path):
+    (in_a_folder_off_the_import_path / "yaml.py").write_text(USER_MODULE)
+    with pytest.raises(KeyError, match=r"module 'yaml' has no attribute 'ThreeRoles'"):
+        make_env("yaml:ThreeRoles")  # PyYAML, installed, is the module found; the folder is not even added
+    assert str(in_a_folder_off_the_import_path) not in sys.path
+
+
+def test_a_module_in_the_current_folder_that_fails_to_import_names_its_own_missing_import(
+    in_a_folder_off_the_import_path,
+):
+    (in_a_folder_off_the_import_path / "here_needs_more.py").write_text("import no_such_dependency_for_test\n")
+    with pytest.raises(KeyError, match=r"\(ModuleNotFoundError: No module named 'no_such_dependency_for_test'\)"):
+        make_env("here_needs_more:Game")
+
+
+def test_a_module_found_nowhere_says_where_a_module_of_ones_own_may_be(in_a_folder_off_the_import_path):
+    (in_a_folder_off_the_import_path / "elsewhere").mkdir()
+    (in_a_folder_off_the_import_path / "elsewhere" / "here_far_away.py").write_text(USER_MODULE)
+    with pytest.raises(KeyError) as raised:
+        make_env("here_far_away:ThreeRoles")
+    assert "No module named 'here_far_away'" in raised.value.args[0]
+    assert "installed, in the current folder, or on PYTHONPATH" in raised.value.args[0]
+    assert str(in_a_folder_off_the_import_path) not in sys.path

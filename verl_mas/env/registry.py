@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, TypeVar
 
 from verl_mas.env.base import MultiAgentEnv
@@ -72,16 +74,37 @@ def _imported_env(path: str) -> type[MultiAgentEnv]:
     if not module_name or not class_name:
         raise KeyError(f"environment {path!r}: an import path is module:Class")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_from_here_too(module_name)
     except Exception as exc:  # noqa: BLE001  (a missing module, a relative name, the module's own error: all named)
         failure = f"{type(exc).__name__}: {exc}"
-        raise KeyError(f"environment {path!r}: cannot import module {module_name!r} ({failure})") from None
+        raise KeyError(
+            f"environment {path!r}: cannot import module {module_name!r} ({failure}); a module of your own must be "
+            "installed, in the current folder, or on PYTHONPATH (e.g. PYTHONPATH=/its/folder)"
+        ) from None
     if not hasattr(module, class_name):
         raise KeyError(f"environment {path!r}: module {module_name!r} has no attribute {class_name!r}")
     cls = getattr(module, class_name)
     if not (isinstance(cls, type) and issubclass(cls, MultiAgentEnv)) or inspect.isabstract(cls):
         raise KeyError(f"environment {path!r}: {module_name}.{class_name} is {cls!r}, not a concrete MultiAgentEnv")
     return cls
+
+
+def _import_from_here_too(module_name: str) -> Any:
+    """The module, found on the import path or else in the current folder.
+
+    `python -m verl_mas.main` and Ray's workers search the current folder, but a console script such as `verl-mas`
+    does not. So a module that lies in the current folder is imported from there, the folder appended to the import
+    path (last: it never shadows an installed module)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.split(".")[0]
+        here = Path.cwd()
+        searched = {Path(entry or ".").resolve() for entry in sys.path}
+        if exc.name != top or here in searched or not ((here / f"{top}.py").is_file() or (here / top).is_dir()):
+            raise
+        sys.path.append(str(here))
+        return importlib.import_module(module_name)
 
 
 def make_env(name: str, **options: Any) -> MultiAgentEnv:
