@@ -9,6 +9,7 @@ from pathlib import Path
 
 from research.records import RUNS_FILE, RunCurves, read_runs
 from research.stats import difference_summary, markdown_table, summary_text
+from verl_mas.stats import holm_adjusted, paired_p_value, paired_summary
 
 DATA = Path(__file__).resolve().parent / "data"
 BASELINE = "task_role_turn"
@@ -138,6 +139,46 @@ def progress_table(runs: list[RunCurves]) -> str:
     return markdown_table(lines) + f"\n\nSeeds finished per arm, of {DESIGN_SEEDS}."
 
 
+def corrected_table(runs: list[RunCurves]) -> str:
+    """Every arm-minus-AT-GRPO comparison (tool costs x coarser arms x endpoints) with its paired t p-value and Holm's
+    adjustment over all of them: the family the page's claims are drawn from."""
+    rows = []
+    for cost in sorted({run.labels["tool_cost"] for run in runs}):
+        seeds = complete_seeds(runs, cost)
+        for arm in ARMS[1:]:
+            for mode in MODES:
+                summary = paired_summary(arm_difference(seeds, arm, mode)["per_seed"])
+                rows.append((f"{cost:g}", f"`{arm}`", mode, summary))
+    p_values = [paired_p_value(summary) for *_, summary in rows]
+    adjusted = holm_adjusted(p_values)
+    lines = [["tool cost", "arm minus AT-GRPO", "endpoint", "mean (SE) [95%]", "p", "Holm p"]]
+    for (cost, arm, mode, summary), p, holm in zip(rows, p_values, adjusted, strict=True):
+        lines.append([cost, arm, mode, summary.text(), f"{p:.3f}", f"{holm:.3f}"])
+    passed = [(cost, arm, mode) for (cost, arm, mode, _), holm in zip(rows, adjusted, strict=True) if holm < 0.05]
+    survivors = [f"{arm} at tool cost {cost}, {mode}" for cost, arm, mode in passed]
+    return (
+        markdown_table(lines)
+        + f"\n\nTwo-sided paired t tests over the complete seeds; Holm's correction over these {len(rows)} comparisons."
+        + f" Below 0.05 after it: {'; '.join(survivors) if survivors else 'none'}."
+    )
+
+
+def noise_floor(runs: list[RunCurves]) -> str:
+    """The run-to-run spread of one algorithm: a per-role constant cancels inside AT-GRPO's and `task_role`'s groups, so
+    their tool-cost-0 and tool-cost-2 runs of a seed are the same algorithm from the same warm start run twice."""
+    low, high = complete_seeds(runs, 0.0), complete_seeds(runs, 2.0)
+    paired = [seed for seed in low if seed in high]
+    parts = []
+    for arm in ARMS[:2]:
+        for mode in MODES:
+            spread = statistics.stdev(low[s][arm].at(mode, STEPS) - high[s][arm].at(mode, STEPS) for s in paired)
+            parts.append(f"`{arm}` {mode} {spread:.3f}")
+    return (
+        f"sd over {len(paired)} seeds of (tool cost 0 minus tool cost 2) at step {STEPS}, one algorithm run twice: "
+        + "; ".join(parts)
+    )
+
+
 def tables(folder: Path = DATA) -> dict[str, str]:
     runs = read_runs(folder / RUNS_FILE)
     return {
@@ -147,4 +188,6 @@ def tables(folder: Path = DATA) -> dict[str, str]:
         "gains": gains_table(runs),
         "health": health_table(runs),
         "headline": headline(runs),
+        "corrected": corrected_table(runs),
+        "noise_floor": noise_floor(runs),
     }
