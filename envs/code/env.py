@@ -39,6 +39,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Literal
 
 from verl_mas.env import INFRA_FAILURE, StepResult, register_env
@@ -58,7 +59,7 @@ from verl_mas_envs.problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 from .cases import CallCase, CodeProblem, StdinCase, TestCase, literal_value
 from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge_each
 from .judging import judged, judged_together, known_wrong_programs
-from .problems import brief_statement, check_options, file_problem, file_problems, task_problem
+from .problems import CACHE_VARIABLE, brief_statement, check_options, file_problem, file_problems, task_problem
 from .tester_reply import TesterReply, read_tester_reply
 from .tester_reward import TESTER_REWARDS, TesterReward, Verdicts, tester_reward
 
@@ -178,6 +179,10 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
 
     label = "code"
     problem_source_options = frozenset({"source", "source_options", "data_file", "data_form", "file_split"})
+    # every reward worker reads and fills the generated cases there
+    shared_folder_variables = MappingProxyType(
+        {CACHE_VARIABLE: "its case cache, each node's ~/.cache/verl_mas if unset"}
+    )
     team_roles = ROLES
     single_agent_roles = SINGLE_AGENT_ROLES
 

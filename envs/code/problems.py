@@ -41,6 +41,7 @@ from .cases import CallCase, CodeProblem, StdinCase, literal_value
 SOURCES = ("arithmetic", "humaneval", "codeio")
 VARIABLES = "abc"
 HIDDEN_CASES = 8
+CACHE_VARIABLE = "VERL_MAS_CACHE"  # names the case cache folder; else ~/.cache/verl_mas
 ARITHMETIC_OPS: dict[str, Callable[[int, int], int]] = {"+": operator.add, "-": operator.sub, "*": operator.mul}
 CODEIO_MARK = "@@codeio-cases@@"
 
@@ -310,7 +311,7 @@ def _codeio_cases(solution: str, generator: str, uid: str) -> tuple[CallCase, ..
 
 
 def _cache_dir() -> Path:
-    return Path(os.environ.get("VERL_MAS_CACHE") or Path.home() / ".cache" / "verl_mas")
+    return Path(os.environ.get(CACHE_VARIABLE) or Path.home() / ".cache" / "verl_mas")
 
 
 def _codeio_script(solution: str, generator: str, uid: str) -> str:

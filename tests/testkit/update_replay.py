@@ -1,6 +1,6 @@
-"""Replays an update batch that the update capture (`diagnostics.UpdateRecorder`) saved from verl's actor through
-the local engine's `PolicyTrainer`, so that one update of the same weights on the same rows can be compared across
-the engines."""
+"""Replays an update batch that the update capture (`hooks.update_record.UpdateRecorder`) saved from verl's actor
+through the local engine's `PolicyTrainer`, so that one update of the same weights on the same rows can be compared
+across the engines."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class CapturedUpdate:
 
 
 def load_captured_update(path: Path) -> CapturedUpdate:
-    """The update batch at `path` (written by `verl_mas.verl_engine.diagnostics.save_update_batch`).
+    """The update batch at `path` (written by `verl_mas.verl_engine.hooks.update_record.save_update_batch`).
 
     Raises:
         ValueError: a field the replay needs is missing, or a row's prompt, response and mask lengths disagree.

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 WorkflowMode = Literal["sequential", "parallel"]
@@ -87,6 +89,9 @@ class MultiAgentEnv(abc.ABC):
     #: constructor options that only choose which problems a task plays (a problem file, a generator): the rows of
     #: one run may differ in them, so a run can train on one set and evaluate on another
     problem_source_options: frozenset[str] = frozenset()
+    #: the folders every process of a run reads and fills (a cache), each named by an environment variable: variable ->
+    #: what the folder holds. On a Ray cluster of several nodes the verl engine checks that each is one folder for all
+    shared_folder_variables: Mapping[str, str] = MappingProxyType({})
 
     @property
     def blocking_step(self) -> bool:

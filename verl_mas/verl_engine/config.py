@@ -22,12 +22,6 @@ from verl_mas.router import PolicyRouter
 ROUTER_NAMES: tuple[str, ...] = ("shared", "per_role")
 # resources Ray defines itself: a node_resource must be the user's own
 RAY_RESOURCES: tuple[str, ...] = ("CPU", "GPU", "memory", "object_store_memory")
-# former `mas:` keys, now trainer hooks (`verl_mas.verl_engine.diagnostics`): key -> (hook class, its option)
-MOVED_TO_HOOKS: dict[str, tuple[str, str]] = {
-    "update_audit": ("UpdateRecorder", "audit"),
-    "update_capture": ("UpdateRecorder", "capture"),
-    "phase_check": ("PhaseCheck", "folder"),
-}
 
 
 # verl's rollout backends whose servers `policies.PolicyLLMServerManager` names per policy: only the plain vLLM
@@ -232,12 +226,6 @@ class MasConfig:
         Raises:
             MasConfigError: naming the unknown or bad key and what it accepts.
         """
-        for key, (hook, option) in MOVED_TO_HOOKS.items():
-            if isinstance(node, Mapping) and key in node:
-                raise MasConfigError(
-                    f"mas.{key}: now a trainer hook; use +trainer_hooks.{key}._target_=verl_mas.verl_engine."
-                    f"diagnostics.{hook} +trainer_hooks.{key}.{option}={node[key]} (docs/verl_engine.md)"
-                )
         fields = _checked_keys(node, cls, "mas", required=("env",))
         env = fields["env"]
         if not isinstance(env, str):

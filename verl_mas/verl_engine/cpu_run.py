@@ -18,12 +18,12 @@ from verl_mas.dataset import write_dataset
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
 from verl_mas.overrides import apply_overrides
-from verl_mas.verl_engine.diagnostics import UpdateRecorder
 from verl_mas.verl_engine.hooks import hook_overrides
+from verl_mas.verl_engine.hooks.update_record import UpdateRecorder
 
 LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"  # verl's file logger: {"step": n, "data": {...}} per line
-AUDIT_FILE = "audit.jsonl"  # the update audit (`diagnostics.UpdateRecorder`)
+AUDIT_FILE = "audit.jsonl"  # the update audit (`hooks.update_record.UpdateRecorder`)
 AUDIT_HOOK = "update_record"  # its name under trainer_hooks: (add +trainer_hooks.update_record.capture=DIR to capture)
 
 

@@ -1,10 +1,12 @@
 """The folders a run on a Ray cluster of several nodes must share between them (checkpoints, `mas.timeline`, the
-diagnostics hooks' files, the code environment's case cache), and the start-time check that every node sees them.
+paths the trainer hooks declare, the folders the environment declares), and the start-time check that every node
+sees them.
 
 Checkpoints are written by each policy's workers on their own nodes and found again by the trainer, wherever Ray
 placed it; the timeline is appended to by the trainer, the actor workers and the agent-loop workers; the hooks'
-files are written on the trainer's node, which Ray picks; the case cache is read and filled by every reward
-worker. A node that does not see one of these folders would split the run's record, or resume from nothing.
+files are written on the trainer's node, which Ray picks; an environment's shared folder (a cache) is read and
+filled by every reward worker. A node that does not see one of these folders would split the run's record, or
+resume from nothing.
 """
 
 from __future__ import annotations
@@ -16,22 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ray
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from verl_mas.env import get_env_class
 from verl_mas.verl_engine.config import MasConfig, MasConfigError
-from verl_mas.verl_engine.diagnostics import PhaseCheck, UpdateRecorder
-from verl_mas.verl_engine.hooks import HOOKS_KEY, TARGET_KEY
+from verl_mas.verl_engine.hooks import HOOKS_KEY, TrainerHook
 
-CODE_CACHE_VARIABLE = "VERL_MAS_CACHE"  # the code environment's case cache (envs/code/problems.py); else ~/.cache
-CODE_ENV = "code"
 TOKEN_PREFIX = ".verl_mas_shared_"
-# the diagnostics hooks' options that name a file (its folder is shared) or a folder
-HOOK_PATHS: dict[str, dict[str, bool]] = {
-    f"{UpdateRecorder.__module__}.{UpdateRecorder.__qualname__}": {"audit": True, "capture": False},
-    f"{PhaseCheck.__module__}.{PhaseCheck.__qualname__}": {"folder": False},
-}
 
 
 @dataclass(frozen=True)
@@ -44,23 +38,27 @@ class SharedFolder:
     variable: str | None = None
 
 
-def shared_folders(config: DictConfig, mas: MasConfig, environ: Mapping[str, str]) -> list[SharedFolder]:
+def shared_folders(
+    config: DictConfig, mas: MasConfig, hooks: Mapping[str, TrainerHook], environ: Mapping[str, str]
+) -> list[SharedFolder]:
     """The folders this run writes that must be shared when it spans several nodes.
 
     Args:
-        environ: the trainer's environment (`os.environ`), for the code environment's case cache.
+        hooks: the run's trainer hooks by name (`load_trainer_hooks`), each declaring the paths it writes.
+        environ: the trainer's environment (`os.environ`), for the folders the environment names by a variable
+            (`MultiAgentEnv.shared_folder_variables`).
 
     Raises:
         MasConfigError: a relative path (it resolves against each process's working directory, which differs from
-            node to node), or a code run whose case cache is not set for the whole job.
+            node to node), or an environment's shared folder that is not set to one absolute folder for the job.
     """
     named: list[tuple[str, str | None, bool]] = []  # (key, path, is a file)
     if config.trainer.save_freq > 0 or config.trainer.resume_mode != "disable":
         named.append(("trainer.default_local_dir", config.trainer.default_local_dir, False))
     named.append(("mas.timeline", mas.timeline, True))
-    for name, entry in (OmegaConf.select(config, HOOKS_KEY) or {}).items():
-        for option, is_file in HOOK_PATHS.get(str(entry.get(TARGET_KEY)), {}).items():
-            named.append((f"{HOOKS_KEY}.{name}.{option}", entry.get(option), is_file))
+    for name, hook in hooks.items():
+        for written in hook.written_paths():
+            named.append((f"{HOOKS_KEY}.{name}.{written.option}", written.path, written.is_file))
     folders = []
     for key, path, is_file in named:
         if path is None:
@@ -72,15 +70,15 @@ def shared_folders(config: DictConfig, mas: MasConfig, environ: Mapping[str, str
                 "it against their own working directory: give an absolute path on storage every node mounts"
             )
         folders.append(SharedFolder(key, os.path.dirname(path) if is_file else path))
-    if issubclass(get_env_class(mas.env), get_env_class(CODE_ENV)):  # by name, by import path, or a subclass
-        cache = environ.get(CODE_CACHE_VARIABLE)
-        if not cache or not os.path.isabs(cache):
+    for variable, holds in get_env_class(mas.env).shared_folder_variables.items():
+        folder = environ.get(variable)
+        if not folder or not os.path.isabs(folder):
             raise MasConfigError(
-                f"{CODE_CACHE_VARIABLE}={cache or '(unset)'}: the code environment's case cache (each node's "
-                f"~/.cache/verl_mas when unset) must be one absolute folder every node mounts on a cluster of several "
-                f"nodes: set +ray_kwargs.ray_init.runtime_env.env_vars.{CODE_CACHE_VARIABLE}=<shared folder>"
+                f"{variable}={folder or '(unset)'}: environment {mas.env!r} shares a folder through it ({holds}); on "
+                f"a cluster of several nodes it must be one absolute folder every node mounts: set "
+                f"+ray_kwargs.ray_init.runtime_env.env_vars.{variable}=<shared folder>"
             )
-        folders.append(SharedFolder(CODE_CACHE_VARIABLE, cache, CODE_CACHE_VARIABLE))
+        folders.append(SharedFolder(variable, folder, variable))
     return folders
 
 
@@ -99,7 +97,7 @@ def unseen_folders(folders: Sequence[SharedFolder], token: str) -> list[str]:
 _unseen_on_node = ray.remote(num_cpus=0)(unseen_folders)
 
 
-def check_shared_folders(config: DictConfig, mas: MasConfig) -> int:
+def check_shared_folders(config: DictConfig, mas: MasConfig, hooks: Mapping[str, TrainerHook]) -> int:
     """On a Ray cluster of several alive nodes, check that each of the run's `shared_folders` is one folder for all:
     a token file written here must be seen from every node. Returns the number of nodes (1: nothing to check).
 
@@ -109,7 +107,7 @@ def check_shared_folders(config: DictConfig, mas: MasConfig) -> int:
     nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
     if len(nodes) < 2:
         return len(nodes)
-    folders = shared_folders(config, mas, os.environ)
+    folders = shared_folders(config, mas, hooks, os.environ)
     token = f"{TOKEN_PREFIX}{uuid.uuid4().hex}"
     written = []
     try:

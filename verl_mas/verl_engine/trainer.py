@@ -107,8 +107,8 @@ class AtGrpoTrainer(PPOTrainerSync):
         self.router: PolicyRouter = self.mas.policy_router()
         self.policies: dict[str, PolicyRuntime] = {}
         self._timeline = os.path.abspath(os.path.expanduser(self.mas.timeline)) if self.mas.timeline else None
-        self.hooks: list[TrainerHook] = load_trainer_hooks(config)
-        check_shared_folders(config, self.mas)  # on several Ray nodes: every node sees the run's folders
+        self.hooks: dict[str, TrainerHook] = load_trainer_hooks(config)
+        check_shared_folders(config, self.mas, self.hooks)  # on several Ray nodes: every node sees the run's folders
         self.group_health_warnings = GroupHealthWarnings()
         if not self.several_policies:  # verl builds the one policy from actor_rollout_ref: give it the policy's model
             apply_policy_model(config, self.mas.policy_settings()[self.router.policies[0]])
@@ -465,7 +465,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         return batch
 
     def _call_hooks(self, event: str, parts: dict[str, KVBatchMeta]) -> None:
-        for hook in self.hooks:
+        for hook in self.hooks.values():
             getattr(hook, event)(self, parts)
 
     @contextlib.contextmanager

@@ -124,21 +124,6 @@ def test_a_bad_grouping_fails_with_the_grouping_check_every_engine_uses(grouping
         MasConfig.from_mapping(mas(grouping=grouping))
 
 
-@pytest.mark.parametrize(
-    "key, hook",
-    [
-        ("update_audit", r"UpdateRecorder \+trainer_hooks\.update_audit\.audit=/tmp/x"),
-        ("update_capture", r"UpdateRecorder \+trainer_hooks\.update_capture\.capture=/tmp/x"),
-        ("phase_check", r"PhaseCheck \+trainer_hooks\.phase_check\.folder=/tmp/x"),
-    ],
-)
-def test_a_former_debug_key_says_which_trainer_hook_replaced_it(key, hook):
-    target = r"verl_mas\.verl_engine\.diagnostics\."
-    message = rf"^mas\.{key}: now a trainer hook; use \+trainer_hooks\.{key}\._target_={target}{hook} "
-    with pytest.raises(MasConfigError, match=message):
-        MasConfig.from_mapping(mas(**{key: "/tmp/x"}))
-
-
 def test_the_timeline_is_a_file_path_or_null():
     assert MasConfig.from_mapping(mas(timeline="/tmp/t.jsonl")).timeline == "/tmp/t.jsonl"
     assert MasConfig.from_mapping(mas(timeline=None)).timeline is None

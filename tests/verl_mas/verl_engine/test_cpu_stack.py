@@ -36,9 +36,9 @@ from verl_mas.dataset import write_dataset
 from verl_mas.local.model import load_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
 from verl_mas.verl_engine.cpu_run import AUDIT_HOOK, CpuRun, prepare_tiny_stack, run_on_cpu, tiny_stack_overrides
-from verl_mas.verl_engine.diagnostics import PhaseCheck, checkpoint_difference
 from verl_mas.verl_engine.guard import OffPolicyRollout, check_on_policy
 from verl_mas.verl_engine.hooks import EVENTS, hook_overrides
+from verl_mas.verl_engine.hooks.phase_check import PhaseCheck, checkpoint_difference
 from verl_mas.verl_engine.timeline import phase_overlaps, read_timeline, request_spans
 
 pytestmark = pytest.mark.skipif(

@@ -1,5 +1,6 @@
 """Trainer hooks: `trainer_hooks:` entries built in order with their options, bad entries refused naming the key,
-the command-line overrides that switch one on, and the phase check's choice of the step it checks."""
+the command-line overrides that switch one on, the paths each hook declares it writes, and the phase check's choice
+of the step it checks."""
 
 from __future__ import annotations
 
@@ -12,28 +13,42 @@ from omegaconf import OmegaConf
 
 from verl_mas.main import CONFIG_DIR
 from verl_mas.verl_engine.config import MasConfigError
-from verl_mas.verl_engine.diagnostics import PhaseCheck, UpdateRecorder
-from verl_mas.verl_engine.hooks import EVENTS, TrainerHook, hook_overrides, load_trainer_hooks
+from verl_mas.verl_engine.hooks import EVENTS, TrainerHook, WrittenPath, hook_overrides, load_trainer_hooks
+from verl_mas.verl_engine.hooks.phase_check import PhaseCheck
+from verl_mas.verl_engine.hooks.update_record import UpdateRecorder
 
-RECORDER = "verl_mas.verl_engine.diagnostics.UpdateRecorder"
+RECORDER = "verl_mas.verl_engine.hooks.update_record.UpdateRecorder"
+PHASE_CHECK = "verl_mas.verl_engine.hooks.phase_check.PhaseCheck"
 
 
-def hooks_of(entries) -> list[TrainerHook]:
+def hooks_of(entries) -> dict[str, TrainerHook]:
     return load_trainer_hooks(OmegaConf.create({"mas": {"env": "counter"}, "trainer_hooks": entries}))
 
 
 def test_entries_are_built_in_order_with_their_options():
     hooks = hooks_of(
         {
-            "check": {"_target_": "verl_mas.verl_engine.diagnostics.PhaseCheck", "folder": "/tmp/check"},
+            "check": {"_target_": PHASE_CHECK, "folder": "/tmp/check"},
             "audit": {"_target_": RECORDER, "audit": "/tmp/a.jsonl"},
         }
     )
-    assert [type(hook) for hook in hooks] == [PhaseCheck, UpdateRecorder]
-    assert hooks[0].folder == Path("/tmp/check")
-    assert (hooks[1].audit, hooks[1].capture) == ("/tmp/a.jsonl", None)
-    assert hooks_of({}) == [] and hooks_of(None) == []
-    assert load_trainer_hooks(OmegaConf.create({"mas": {"env": "counter"}})) == []
+    assert [(name, type(hook)) for name, hook in hooks.items()] == [("check", PhaseCheck), ("audit", UpdateRecorder)]
+    assert hooks["check"].folder == Path("/tmp/check")
+    assert (hooks["audit"].audit, hooks["audit"].capture) == ("/tmp/a.jsonl", None)
+    assert hooks_of({}) == {} and hooks_of(None) == {}
+    assert load_trainer_hooks(OmegaConf.create({"mas": {"env": "counter"}})) == {}
+
+
+def test_each_hook_declares_the_paths_it_writes_as_given():
+    assert TrainerHook().written_paths() == []  # a hook that writes nothing, as the base class
+    assert UpdateRecorder(audit="runs/a.jsonl").written_paths() == [WrittenPath("audit", "runs/a.jsonl", is_file=True)]
+    assert UpdateRecorder(capture="~/cap").written_paths() == [WrittenPath("capture", "~/cap", is_file=False)]
+    both = UpdateRecorder(audit="/r/a.jsonl", capture="/r/cap").written_paths()
+    assert both == [WrittenPath("audit", "/r/a.jsonl", is_file=True), WrittenPath("capture", "/r/cap", is_file=False)]
+    # relative as given (the shared-folder check refuses it on several nodes), though the hook writes it resolved
+    check = PhaseCheck("check")
+    assert check.written_paths() == [WrittenPath("folder", "check", is_file=False)]
+    assert check.folder == Path.cwd() / "check"
 
 
 def test_the_base_hook_has_every_event_and_does_nothing():
@@ -53,12 +68,12 @@ def test_the_base_hook_has_every_event_and_does_nothing():
             r"^trainer_hooks\.audit\._target_: cannot import 'verl_mas\.nowhere\.UpdateRecorder': No module named",
         ),
         (
-            {"audit": {"_target_": "verl_mas.verl_engine.diagnostics.UpdateRecord"}},
-            r"^trainer_hooks\.audit\._target_: cannot import 'verl_mas\.verl_engine\.diagnostics\.UpdateRecord'",
+            {"audit": {"_target_": "verl_mas.verl_engine.hooks.update_record.UpdateRecord"}},
+            r"^trainer_hooks\.audit\._target_: cannot import '.*hooks\.update_record\.UpdateRecord'",
         ),
         ({"audit": {"_target_": "UpdateRecorder"}}, r"^trainer_hooks\.audit\._target_: 'UpdateRecorder' is not a"),
         (
-            {"audit": {"_target_": "verl_mas.verl_engine.diagnostics.fetch_update_batch"}},
+            {"audit": {"_target_": "verl_mas.verl_engine.hooks.update_record.fetch_update_batch"}},
             r"^trainer_hooks\.audit\._target_: '.*fetch_update_batch' is not a TrainerHook subclass",
         ),
         (
@@ -75,7 +90,7 @@ def test_the_base_hook_has_every_event_and_does_nothing():
             r"^trainer_hooks\.audit: .* failed: audit must be a path or null, got 7",
         ),
         (
-            {"check": {"_target_": "verl_mas.verl_engine.diagnostics.PhaseCheck", "folder": ""}},
+            {"check": {"_target_": PHASE_CHECK, "folder": ""}},
             r"^trainer_hooks\.check: PhaseCheck\(\{'folder': ''\}\) failed: folder must be a path, got ''",
         ),
     ],
@@ -95,7 +110,7 @@ def test_hook_overrides_switch_a_hook_on_from_the_command_line(tmp_path):
     assert overrides[0] == f"+trainer_hooks.record._target_={RECORDER}"
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
         config = compose("mas_trainer", overrides=overrides)
-    record, check = load_trainer_hooks(config)
+    record, check = load_trainer_hooks(config).values()
     assert (record.audit, record.capture) == (str(audit), str(capture))
     assert check.folder == tmp_path / "check"
 

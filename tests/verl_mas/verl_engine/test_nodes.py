@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 import ray
@@ -22,15 +23,13 @@ from ray_cluster import CLUSTER_FILE, NodeCluster, check_policies_on_nodes, star
 
 from verl_mas.main import CONFIG_DIR
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported, mas_config_of
-from verl_mas.verl_engine.diagnostics import PhaseCheck, UpdateRecorder
+from verl_mas.verl_engine.hooks import TrainerHook, load_trainer_hooks
+from verl_mas.verl_engine.hooks.phase_check import PhaseCheck
+from verl_mas.verl_engine.hooks.update_record import UpdateRecorder
 from verl_mas.verl_engine.placement import PolicyPoolManager, check_logical_cpus, check_nodes, policy_pool_manager
-from verl_mas.verl_engine.shared_folders import (
-    CODE_CACHE_VARIABLE,
-    SharedFolder,
-    check_shared_folders,
-    shared_folders,
-    unseen_folders,
-)
+from verl_mas.verl_engine.shared_folders import SharedFolder, check_shared_folders, shared_folders, unseen_folders
+from verl_mas_envs.code.problems import CACHE_VARIABLE
+from verl_mas_envs.puzzles.plan_path import PlanPathEnv
 
 RESOURCES = {"tool": "mas_tool", "plan": "mas_plan"}  # policy -> the node resource it is pinned to
 
@@ -177,23 +176,46 @@ def trainer_config(**trainer) -> DictConfig:
     return OmegaConf.create({"trainer": node, "trainer_hooks": {}})
 
 
+def qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class Wanders(TrainerHook):
+    """A user's hook that declares none of the paths it writes: nothing of it is checked."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+
+class Caching(PlanPathEnv):
+    """An environment that is no built-in one and shares a folder through a variable of its own."""
+
+    shared_folder_variables = MappingProxyType({"MY_ENV_CACHE": "its tables"})
+
+
 def test_the_run_s_folders_are_its_checkpoints_timeline_and_hook_files():
     config = trainer_config()
-    recorder = f"{UpdateRecorder.__module__}.{UpdateRecorder.__qualname__}"
     config.trainer_hooks = {
-        "audit": {"_target_": recorder, "audit": "/shared/run/audit.jsonl", "capture": "/shared/run/capture"},
-        "check": {"_target_": f"{PhaseCheck.__module__}.PhaseCheck", "folder": "/shared/run/check"},
-        "own": {"_target_": "my_hooks.Mine", "path": "relative/is/not/ours"},  # a user's hook: its options unknown
+        "audit": {"_target_": qualified(UpdateRecorder), "audit": "/shared/run/audit.jsonl", "capture": "/r/cap"},
+        "check": {"_target_": qualified(PhaseCheck), "folder": "/shared/run/check"},
+        "own": {"_target_": qualified(Wanders), "path": "relative/is/not/ours"},
     }
-    found = shared_folders(config, mas(timeline="/shared/run/timeline.jsonl"), environ={})
+    found = shared_folders(config, mas(timeline="/shared/run/timeline.jsonl"), load_trainer_hooks(config), environ={})
     assert found == [
         SharedFolder("trainer.default_local_dir", "/shared/ckpt"),
         SharedFolder("mas.timeline", "/shared/run"),
         SharedFolder("trainer_hooks.audit.audit", "/shared/run"),
-        SharedFolder("trainer_hooks.audit.capture", "/shared/run/capture"),
+        SharedFolder("trainer_hooks.audit.capture", "/r/cap"),
         SharedFolder("trainer_hooks.check.folder", "/shared/run/check"),
     ]
-    assert shared_folders(trainer_config(save_freq=-1, resume_mode="disable"), mas(), environ={}) == []
+    assert shared_folders(trainer_config(save_freq=-1, resume_mode="disable"), mas(), {}, environ={}) == []
+
+
+def test_a_relative_hook_path_is_refused_naming_the_hook_s_option():
+    config = trainer_config()
+    config.trainer_hooks = {"audit": {"_target_": qualified(UpdateRecorder), "audit": "/r/a.jsonl", "capture": "cap"}}
+    with pytest.raises(MasConfigError, match=r"^trainer_hooks\.audit\.capture=cap: a relative path on a Ray cluster"):
+        shared_folders(config, mas(), load_trainer_hooks(config), environ={})
 
 
 @pytest.mark.parametrize(
@@ -205,17 +227,25 @@ def test_the_run_s_folders_are_its_checkpoints_timeline_and_hook_files():
 )
 def test_a_relative_path_is_refused_naming_its_key(config, timeline, key):
     with pytest.raises(MasConfigError, match=rf"^{key}: a relative path on a Ray cluster of several nodes"):
-        shared_folders(config, mas(timeline=timeline), environ={})
+        shared_folders(config, mas(timeline=timeline), {}, environ={})
 
 
-@pytest.mark.parametrize("env", ["code", "verl_mas_envs.code.env:CodeEnv"])  # by its name or its import path
-def test_a_code_run_needs_one_named_case_cache(env):
-    code = MasConfig.from_mapping({"env": env})
-    for environ in ({}, {CODE_CACHE_VARIABLE: "cache"}):
-        with pytest.raises(MasConfigError, match=rf"^{CODE_CACHE_VARIABLE}=.*\+ray_kwargs\.ray_init\.runtime_env"):
-            shared_folders(trainer_config(), code, environ=environ)
-    found = shared_folders(trainer_config(), code, environ={CODE_CACHE_VARIABLE: "/shared/cache"})
-    assert found[-1] == SharedFolder(CODE_CACHE_VARIABLE, "/shared/cache", CODE_CACHE_VARIABLE)
+@pytest.mark.parametrize(
+    "env, variable",
+    [
+        ("code", CACHE_VARIABLE),  # the code environment's case cache, by the environment's name
+        ("verl_mas_envs.code.env:CodeEnv", CACHE_VARIABLE),  # or by its import path
+        (f"{__name__}:Caching", "MY_ENV_CACHE"),  # an environment of the user's own
+    ],
+)
+def test_a_folder_the_environment_declares_must_be_one_absolute_folder(env, variable):
+    declared = MasConfig.from_mapping({"env": env})
+    for environ in ({}, {variable: "cache"}, {"OTHER": "/shared/cache"}):
+        with pytest.raises(MasConfigError, match=rf"^{variable}=.*\+ray_kwargs\.ray_init\.runtime_env\.env_vars"):
+            shared_folders(trainer_config(), declared, {}, environ=environ)
+    found = shared_folders(trainer_config(), declared, {}, environ={variable: "/shared/cache"})
+    assert found[-1] == SharedFolder(variable, "/shared/cache", variable)
+    assert SharedFolder(variable, "/shared/cache", variable) not in shared_folders(trainer_config(), mas(), {}, {})
 
 
 def test_a_node_lists_the_folders_it_does_not_see(tmp_path, monkeypatch):
@@ -277,10 +307,10 @@ def test_pools_and_folder_checks_on_two_real_nodes(two_nodes: NodeCluster, stack
         with pytest.raises(MasConfigError, match=r"0 alive node\(s\) with resource 'nowhere_plan'"):
             policy_pool_manager(config, mas({p: {"node_resource": f"nowhere_{p}", "nnodes": 1} for p in RESOURCES}))
         folders = composed([f"trainer.default_local_dir={stack / 'nodes' / 'ckpt'}"])
-        assert check_shared_folders(folders, mas(timeline=str(stack / "nodes" / "timeline.jsonl"))) == 2
+        assert check_shared_folders(folders, mas(timeline=str(stack / "nodes" / "timeline.jsonl")), {}) == 2
         assert not [p for p in (stack / "nodes").rglob(".verl_mas_shared_*")]  # the tokens are removed
         with pytest.raises(MasConfigError, match=r"^mas\.timeline=timeline\.jsonl: a relative path"):
-            check_shared_folders(folders, mas(timeline="timeline.jsonl"))
+            check_shared_folders(folders, mas(timeline="timeline.jsonl"), {})
     finally:
         ray.shutdown()
 

@@ -301,8 +301,8 @@ def test_base_config_checks_and_fills_in_the_agent_loop_file(base_config):
             r"^data\.val_files: /nowhere/eval\.parquet: no such dataset file",
         ),
         (
-            {"trainer_hooks": {"audit": {"_target_": "verl_mas.verl_engine.diagnostics.UpdateAuditor", "audit": "a"}}},
-            r"^trainer_hooks\.audit\._target_: cannot import 'verl_mas\.verl_engine\.diagnostics\.UpdateAuditor'",
+            {"trainer_hooks": {"audit": {"_target_": "verl_mas.verl_engine.hooks.update_record.Auditor", "audit": ""}}},
+            r"^trainer_hooks\.audit\._target_: cannot import 'verl_mas\.verl_engine\.hooks\.update_record\.Auditor'",
         ),
     ],
 )

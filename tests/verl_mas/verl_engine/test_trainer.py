@@ -15,7 +15,6 @@ from transfer_queue import KVBatchMeta
 from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
 from verl_mas.group_health import GroupHealthWarnings
-from verl_mas.verl_engine import diagnostics
 from verl_mas.verl_engine.batch import (
     SampleTags,
     at_grpo_advantages,
@@ -26,7 +25,13 @@ from verl_mas.verl_engine.batch import (
     step_group_health,
 )
 from verl_mas.verl_engine.config import MasConfig
-from verl_mas.verl_engine.diagnostics import UpdateRecorder, fetch_update_batch, save_update_batch, update_audit_record
+from verl_mas.verl_engine.hooks import update_record
+from verl_mas.verl_engine.hooks.update_record import (
+    UpdateRecorder,
+    fetch_update_batch,
+    save_update_batch,
+    update_audit_record,
+)
 from verl_mas.verl_engine.trainer import AtGrpoTrainer
 
 R3 = 1 / math.sqrt(3)
@@ -283,8 +288,8 @@ def test_the_audit_and_the_capture_share_one_fetch_of_the_update_batch(transfer_
         keys=stored.keys, tags=[{}, {}], partition_id=stored.partition_id, fields=["response_mask", "advantages"]
     )
     fetches = []
-    fetch = diagnostics.tq.kv_batch_get
-    monkeypatch.setattr(diagnostics.tq, "kv_batch_get", lambda **kw: fetches.append(kw) or fetch(**kw))
+    fetch = update_record.tq.kv_batch_get
+    monkeypatch.setattr(update_record.tq, "kv_batch_get", lambda **kw: fetches.append(kw) or fetch(**kw))
     audit, capture = tmp_path / "audit.jsonl", tmp_path / "cap"
     trainer = SimpleNamespace(global_steps=3)
     UpdateRecorder(audit=str(audit), capture=str(capture)).before_update(trainer, {"plan": part})
