@@ -16,6 +16,7 @@ from verl_mas.dataset import AGENT_NAME, row_task
 from verl_mas.env import Message, Task
 from verl_mas.rollout import EnvironmentFailure, EpisodeResult, Generation, GenerationRequest, rollout_task
 from verl_mas.sample import Sample
+from verl_mas.verl_engine.batch import SampleTag
 from verl_mas.verl_engine.config import MasConfig, mas_config_of
 from verl_mas.verl_engine.routing import GenerateClient, PolicyRoutingClient
 from verl_mas.verl_engine.timeline import append_records
@@ -114,7 +115,7 @@ def session_task(row: Mapping[str, Any], session_id: int) -> Task:
 def episode_outputs(
     result: EpisodeResult, *, eos_token_id: int, weight_versions: Sequence[int] = ()
 ) -> list[AgentLoopOutput]:
-    """One AgentLoopOutput per sample, with its tags and rewards in extra_fields.
+    """One AgentLoopOutput per sample, with its tags (`SampleTag`) and rewards in extra_fields.
 
     Every output sets `reward_score` to its own mixed reward and carries the episode's `reward_extra_info`
     (verl's list postprocess needs it on the last output and copies the last reward over the others; the
@@ -138,7 +139,7 @@ def episode_outputs(
     for sample in samples:
         response_ids, response_mask, logprobs = _response_of(sample, eos_token_id)
         extra = {
-            **_sample_fields(sample, env_error=result.error is not None),
+            **_sample_tag(sample, env_error=result.error is not None).fields(),
             **versions,
             "reward_extra_info": dict(episode_info),
         }
@@ -164,21 +165,21 @@ def _response_of(sample: Sample, eos_token_id: int) -> tuple[list[int], list[int
     return list(sample.response_ids), [1] * len(sample.response_ids), logprobs
 
 
-def _sample_fields(sample: Sample, *, env_error: bool) -> dict[str, Any]:
-    return {
-        "task_uid": sample.task_uid,
-        "role": sample.role,
-        "turn": sample.turn,
-        "branch": sample.branch,
-        "policy": sample.policy,
-        "team_reward": sample.team_reward,
-        "local_reward": sample.local_reward,
-        "mixed_reward": sample.reward,
-        "continued": sample.continued,
-        "valid": sample.valid,
-        "env_error": env_error,
-        "infra_failure": sample.infra_failure is not None,
-    }
+def _sample_tag(sample: Sample, *, env_error: bool) -> SampleTag:
+    return SampleTag(
+        task_uid=sample.task_uid,
+        role=sample.role,
+        turn=sample.turn,
+        policy=sample.policy,
+        mixed_reward=sample.reward,
+        env_error=env_error,
+        valid=sample.valid,
+        infra_failure=sample.infra_failure is not None,
+        branch=sample.branch,
+        team_reward=sample.team_reward,
+        local_reward=sample.local_reward,
+        continued=sample.continued,
+    )
 
 
 @register(AGENT_NAME)

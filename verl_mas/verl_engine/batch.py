@@ -4,6 +4,7 @@ policy."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,39 @@ from verl_mas import ESTIMATOR
 from verl_mas.advantage import group_ids, registered_estimator
 from verl_mas.group_health import GroupHealth, coarser_health, group_health, padded_prompt_codes, row_advantages
 from verl_mas.metrics import infra_failure_metrics
+
+
+@dataclass(frozen=True)
+class SampleTag:
+    """One sample's tags, one extra_fields key per field: the `mas_agent` loop writes them (`fields`) and
+    `SampleTags.from_rows` reads them back, so this class is their one schema. A real row must carry the fields
+    without a default; a row without a flag reads as its default."""
+
+    task_uid: str
+    role: str
+    turn: int
+    policy: str
+    mixed_reward: float  # the sample's own reward (verl copies the last output's score over an episode's list)
+    env_error: bool = False  # the episode's environment failed
+    valid: bool = True
+    infra_failure: bool = False  # the judge could not run the sample's move; it does not train
+    # written for readers of the rollout rows; the advantage step does not read them
+    branch: int = 0
+    team_reward: float = 0.0
+    local_reward: float = 0.0
+    continued: bool = False
+
+    def fields(self) -> dict[str, Any]:
+        """The extra_fields entries of this tag."""
+        return dataclasses.asdict(self)
+
+
+TAG_KEYS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(SampleTag))
+REQUIRED_TAG_KEYS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(SampleTag) if f.default is dataclasses.MISSING
+)
+# A padding row may carry no tags: blanks where a real row must have them.
+_PADDING_BLANKS: dict[str, Any] = dict.fromkeys(REQUIRED_TAG_KEYS, "")
 
 
 @dataclass(frozen=True)
@@ -39,38 +73,35 @@ class SampleTags:
 
     @classmethod
     def from_rows(cls, extra_fields: Sequence[Any], padding: Sequence[bool]) -> SampleTags:
-        """Read the tags of every row.
+        """Read the `SampleTag` of every row.
 
         Raises:
             ValueError: a real row lacks a tag (it was not produced by the `mas_agent` loop), naming row and key.
         """
         if len(extra_fields) != len(padding):
             raise ValueError(f"{ESTIMATOR} step: {len(extra_fields)} rows of extra_fields for {len(padding)} tags")
-        keys = ("task_uid", "role", "turn", "policy", "mixed_reward")
-        columns: dict[str, list] = {key: [] for key in (*keys, "env_error", "valid", "infra_failure")}
-        for row, (fields, is_padding) in enumerate(zip(extra_fields, padding, strict=True)):
+        pad = np.array([bool(p) for p in padding], dtype=bool)
+        tags = []
+        for row, (fields, is_padding) in enumerate(zip(extra_fields, pad, strict=True)):
             fields = fields if isinstance(fields, Mapping) else {}
-            missing = [key for key in keys if fields.get(key) is None]
+            given = {key: fields[key] for key in TAG_KEYS if fields.get(key) is not None}
+            missing = [key for key in REQUIRED_TAG_KEYS if key not in given]
             if missing and not is_padding:
                 raise ValueError(
                     f"{ESTIMATOR} step: row {row} has no extra_fields {missing}; was it produced by the mas_agent loop?"
                 )
-            for key in keys:
-                columns[key].append(fields.get(key, ""))
-            columns["env_error"].append(bool(fields.get("env_error", False)))
-            columns["valid"].append(bool(fields.get("valid", True)))
-            columns["infra_failure"].append(bool(fields.get("infra_failure", False)) and not is_padding)
-        rewards = [0.0 if pad else float(r) for r, pad in zip(columns["mixed_reward"], padding, strict=True)]
+            tags.append(SampleTag(**(_PADDING_BLANKS | given)))
+        real = list(zip(tags, ~pad, strict=True))
         return cls(
-            task_uid=np.array([str(v) for v in columns["task_uid"]], dtype=object),
-            role=np.array([str(v) for v in columns["role"]], dtype=object),
-            turn=np.array([int(v or 0) for v in columns["turn"]], dtype=np.int64),
-            policy=np.array([str(v) for v in columns["policy"]], dtype=object),
-            mixed_reward=np.array(rewards, dtype=np.float64),
-            env_error=np.array(columns["env_error"], dtype=bool),
-            valid=np.array(columns["valid"], dtype=bool),
-            padding=np.array([bool(p) for p in padding], dtype=bool),
-            infra_failure=np.array(columns["infra_failure"], dtype=bool),
+            task_uid=np.array([str(t.task_uid) for t in tags], dtype=object),
+            role=np.array([str(t.role) for t in tags], dtype=object),
+            turn=np.array([int(t.turn or 0) for t in tags], dtype=np.int64),
+            policy=np.array([str(t.policy) for t in tags], dtype=object),
+            mixed_reward=np.array([float(t.mixed_reward) if is_real else 0.0 for t, is_real in real], dtype=np.float64),
+            env_error=np.array([bool(t.env_error) for t in tags], dtype=bool),
+            valid=np.array([bool(t.valid) for t in tags], dtype=bool),
+            padding=pad,
+            infra_failure=np.array([bool(t.infra_failure) and is_real for t, is_real in real], dtype=bool),
         )
 
 

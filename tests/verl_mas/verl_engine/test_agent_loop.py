@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from verl_mas.rollout import EnvironmentFailure, EpisodeResult
 from verl_mas.router import PolicyRouter
 from verl_mas.sample import Sample
 from verl_mas.verl_engine.agent_loop import episode_outputs
-from verl_mas.verl_engine.batch import SampleTags, reward_scores
+from verl_mas.verl_engine.batch import REQUIRED_TAG_KEYS, TAG_KEYS, SampleTag, SampleTags, reward_scores
 from verl_mas.verl_engine.routing import PolicyRoutingClient
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
@@ -166,6 +167,40 @@ def test_empty_response_is_one_masked_eos_that_keeps_its_reward():
     assert "min_global_steps" not in outputs[0].extra_fields
 
 
+def test_the_tags_the_loop_writes_are_the_schema_sample_tags_reads_back():
+    judged = Sample("t/0", "a", 0, 1, "pa", (5,), (9,), None, 0.25, -0.5, -0.25, False, valid=False)
+    unjudged = Sample("t/0", "b", 1, 2, "pb", (5,), (9,), None, 1.0, 0.5, 1.5, True, infra_failure="sandbox died")
+    result = EpisodeResult(task=Task("t/0", "counter", 1), samples=[judged, unjudged], turns=2, error="env raised")
+    extra = [o.extra_fields for o in episode_outputs(result, eos_token_id=2, weight_versions=[4])]
+    outside_the_schema = {"reward_extra_info", "min_global_steps", "max_global_steps"}
+    assert [set(e) - outside_the_schema for e in extra] == [set(TAG_KEYS)] * 2  # nothing written outside SampleTag
+    assert [SampleTag(**{key: e[key] for key in TAG_KEYS}) for e in extra] == [
+        SampleTag(
+            "t/0", "a", 0, "pa", -0.25, env_error=True, valid=False, branch=1, team_reward=0.25, local_reward=-0.5
+        ),
+        SampleTag(
+            "t/0", "b", 1, "pb", 1.5, True, True, True, branch=2, team_reward=1.0, local_reward=0.5, continued=True
+        ),
+    ]
+    tags = SampleTags.from_rows(extra, [False, False])
+    assert tags.task_uid.tolist() == ["t/0", "t/0"]
+    assert (tags.role.tolist(), tags.turn.tolist(), tags.policy.tolist()) == (["a", "b"], [0, 1], ["pa", "pb"])
+    assert tags.mixed_reward.tolist() == [-0.25, 1.5]
+    assert tags.env_error.tolist() == [True, True]
+    assert tags.valid.tolist() == [False, True]
+    assert tags.infra_failure.tolist() == [False, True]
+    assert tags.trained.tolist() == [True, False]
+
+
+def test_a_real_row_missing_a_required_tag_is_named_but_a_padding_row_needs_none():
+    written = SampleTag("t/0", "a", 0, "pa", 0.5).fields()
+    for key in REQUIRED_TAG_KEYS:
+        with pytest.raises(ValueError, match=rf"row 1 has no extra_fields \['{key}'\]"):
+            SampleTags.from_rows([written, {k: v for k, v in written.items() if k != key}], [False, False])
+    tags = SampleTags.from_rows([written, {}], [False, True])
+    assert tags.mixed_reward.tolist() == [0.5, 0.0] and tags.trained.tolist() == [True, False]
+
+
 async def test_verl_worker_postprocess_stores_one_row_per_sample(tokenizer, transfer_queue):
     """verl copies the last output's reward over the list; the trainer restores each row's own from extra_fields.
     The rows go through verl's real TransferQueue and are read back as the trainer reads them."""
@@ -200,7 +235,11 @@ async def test_verl_worker_postprocess_stores_one_row_per_sample(tokenizer, tran
     assert stored == pytest.approx([mixed[-1]] * 6)  # verl's broadcast of the last output's reward
     extra = list(fields["extra_fields"])
     assert [e["role"] for e in extra] == ["a"] * 3 + ["b"] * 3
-    restored = reward_scores(SampleTags.from_rows(extra, [False] * 6), lengths, int(lengths.max()))
+    read_back = SampleTags.from_rows(extra, [False] * 6)
+    written = SampleTags.from_rows([o.extra_fields for o in outputs], [False] * 6)
+    for column in dataclasses.fields(SampleTags):  # TransferQueue keeps every tag as the loop wrote it
+        assert getattr(read_back, column.name).tolist() == getattr(written, column.name).tolist(), column.name
+    restored = reward_scores(read_back, lengths, int(lengths.max()))
     assert restored.sum(dim=1).tolist() == pytest.approx(mixed)
     last_token = torch.nn.functional.one_hot(lengths - 1, int(lengths.max())).bool()
     assert torch.all(restored[~last_token] == 0)
