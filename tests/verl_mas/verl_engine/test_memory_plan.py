@@ -1,7 +1,7 @@
 """The memory plan against hand-computed cases: parameter counts from the architecture numbers, offload and its
 reload for the update, padded against packed micro-batches, a KV cache too small for the sequences in flight; the
-doctor's `--gpu-memory` report, the start-time warning and the attention path chosen at start; LoRA adapters on one
-base against one LoRA policy per role, and docs/gpu.md's table of them."""
+doctor's `--gpu-memory` report, the start-time warning and the attention path chosen at start. LoRA's plan is in
+test_memory_plan_lora.py."""
 
 from __future__ import annotations
 
@@ -16,20 +16,9 @@ from omegaconf import OmegaConf
 from verl_mas import doctor
 from verl_mas.cli import main as cli_main
 from verl_mas.main import check_attention, fill_attention, first_gpu_gib, warn_memory_plan
-from verl_mas.verl_engine.memory_plan import (
-    GIB,
-    KNOWN_SHAPES,
-    LoraLayout,
-    ModelShape,
-    PolicySettings,
-    lora_layout,
-    lora_params,
-    micro_batch_tokens,
-    model_shape,
-    plan_memory,
-    plan_policy,
-    plan_warnings,
-)
+from verl_mas.verl_engine.memory_plan import micro_batch_tokens, plan_memory, plan_policy, plan_warnings
+from verl_mas.verl_engine.memory_settings import PolicySettings
+from verl_mas.verl_engine.model_shape import GIB, KNOWN_SHAPES, ModelShape, model_shape
 
 REPO = Path(__file__).resolve().parents[3]
 MATH = REPO / "recipes" / "math" / "math.yaml"
@@ -321,42 +310,3 @@ def test_main_reads_the_first_gpus_memory_from_nvidia_smi(tmp_path, monkeypatch)
     assert first_gpu_gib() is None
     smi.unlink()
     assert first_gpu_gib() is None
-
-
-TINY = ModelShape(hidden=4, layers=1, heads=2, kv_heads=1, head_dim=2, intermediate=8, vocab=10, tied=True)
-
-
-def test_lora_adapters_count_rank_times_inputs_plus_outputs_of_every_linear_layer():
-    assert TINY.params == 16 + 16 + 16 + 4 + 96 + 8 + 10 * 4 + 4 == 200  # q, k+v, o, q/k norms, MLP, norms; root
-    # q 4->4, k 4->2, v 4->2, o 4->4, gate 4->8, up 4->8, down 8->4: 8 + 6 + 6 + 8 + 12 + 12 + 12 at rank 1
-    assert lora_params(TINY, 1) == 64 and lora_params(TINY, 2) == 128
-    # Qwen3-1.7B at rank 16: 28 layers x 16 x (4096 + 3072 + 3072 + 4096 + 8192 + 8192 + 8192)
-    assert lora_params(QWEN3_1_7B, 16) == 28 * 16 * 38912 == 17_432_576
-
-
-def test_one_base_holds_the_base_once_and_one_policy_per_role_once_per_role():
-    # rank 2, 3 roles: an adapter is 128 parameters, trained at 4 + 4 + 8 = 16 bytes each (2048 bytes)
-    assert lora_layout(TINY, 2, 3, one_base=True) == LoraLayout(200 * 4 + 3 * 2048, (200 + 4 * 128) * 2)
-    assert lora_layout(TINY, 2, 3, one_base=False) == LoraLayout(3 * (200 * 4 + 2048), 3 * (200 + 128) * 2)
-    assert lora_layout(TINY, 2, 3, one_base=True, model_bytes=2) == LoraLayout(200 * 2 + 3 * 128 * 12, 1424)
-    assert lora_layout(TINY, 2, 1, one_base=True).workers == lora_layout(TINY, 2, 1, one_base=False).workers
-
-
-def lora_layout_rows(rank: int = 16) -> list[str]:
-    """docs/gpu.md's rows: per model and roles count, the workers' and servers' GiB under both layouts."""
-    rows = []
-    for name, shape in (("Qwen3-1.7B", QWEN3_1_7B), ("Qwen3-8B", QWEN3_8B)):
-        for roles in (2, 3):
-            l2, l3 = (lora_layout(shape, rank, roles, one_base) for one_base in (True, False))
-            cells = [f"{name}, {roles} roles"]
-            for part in ("workers", "servers"):
-                a, b = getattr(l2, part), getattr(l3, part)
-                cells += [f"{a / GIB:.1f}", f"{b / GIB:.1f}", f"{a / b:.2f}"]
-            rows.append(f"| {' | '.join(cells)} |")
-    return rows
-
-
-def test_docs_gpu_md_quotes_the_lora_layouts_as_computed():
-    doc = (REPO / "docs" / "gpu.md").read_text()
-    missing = [row for row in lora_layout_rows() if row not in doc]
-    assert not missing, f"docs/gpu.md lacks the rows {missing}"
