@@ -113,3 +113,49 @@ def test_the_speed_figures_are_medians_of_the_raw_repeats(tmp_path, monkeypatch)
     assert figures.headline().startswith("one step 30.0 s (goal 90 s); local sampler 2.00x vLLM-CPU's tokens/s")
     assert "| AT-GRPO step, s | 30.0 (20.0-100.0) |" in figures.speed_table()
     assert "| update / roofline | 0.50 (0.50-0.50) |" in figures.speed_table()
+
+
+def learning_record(seed: int, arm: str, greedy: tuple, sampled: tuple, low: tuple, curve: list[float]) -> dict:
+    return {"seed": seed, "arm": arm, "eval_tasks": 64, "greedy": list(greedy), "sampled": list(sampled),
+            f"sampled_t{regime.LOW_TEMPERATURE}": list(low), "reward_curve": curve, "step_s_median": 20.0}  # fmt: skip
+
+
+def test_the_learning_figures_from_hand_made_runs(tmp_path):
+    from research.smollm2_learning import figures
+
+    rising, flat = [0.0] * 10 + [0.5] * 20 + [1.0] * 10, [0.2] * 40
+    recorded = [
+        learning_record(0, "at_grpo", (0.2, 0.3), (0.2, 0.4), (0.25, 0.3), rising),
+        learning_record(0, "at_grpo_again", (0.2, 0.2), (0.2, 0.3), (0.25, 0.3), flat),
+        learning_record(1, "at_grpo", (0.1, 0.3), (0.1, 0.2), (0.15, 0.2), flat),
+        learning_record(1, "at_grpo_again", (0.1, 0.1), (0.1, 0.1), (0.15, 0.1), rising),
+    ]
+    (tmp_path / learning.RUNS_FILE).write_text("".join(json.dumps(r) + "\n" for r in reversed(recorded)))
+    found = figures.records(tmp_path)
+    assert list(found) == [(0, "at_grpo"), (0, "at_grpo_again"), (1, "at_grpo"), (1, "at_grpo_again")]
+    greedy = figures.gains(found, "at_grpo")["greedy"]
+    assert greedy.per_seed == pytest.approx((0.1, 0.2)) and greedy.mean == pytest.approx(0.15)
+    # twins' greedy after-readings differ by 0.1 and 0.2: sd 0.0707, one run's sd 0.05
+    assert "greedy 0.050" in figures.noise_floor_text(found)
+    # at_grpo's sampled after minus the start at 0.5: 0.4 - 0.25 and 0.2 - 0.15 -> mean +0.100; above in 2 of 2
+    assert "+0.100" in figures.sharpening_text(found) and "in 2 of 2 seeds" in figures.sharpening_text(found)
+    assert figures.validity_text(found).startswith("Validity check (the training reward rises in at least 2 of 3")
+    assert "open; it rises in 1 of 2 finished `at_grpo` runs (seeds 0)." in figures.validity_text(found)
+    assert figures.headline(found).endswith("n = 2 seeds (interim: 2 of 3 seeds)")
+    assert "interim: not a result" in figures.gains_table(found)
+    (tmp_path / learning.RUNS_FILE).write_text(json.dumps(recorded[0]) + "\n" + json.dumps(recorded[0]) + "\n")
+    with pytest.raises(ValueError, match="seed 0, arm at_grpo: recorded twice"):
+        figures.records(tmp_path)
+
+
+def test_the_learning_figures_before_any_run(tmp_path):
+    from research.smollm2_learning import figures
+
+    assert figures.tables(tmp_path) == {
+        "runs": "No run has finished yet.",
+        "gains": "No run has finished yet.",
+        "checks": "Validity check (the training reward rises in at least 2 of 3 seeds): open; it rises in 0 of 0 "
+        "finished `at_grpo` runs.\n\nSharpening check: no `at_grpo` run yet.\n\nNoise floor: 0 seed(s) with both "
+        "runs; it needs 2.",
+        "headline": "Not run yet.",
+    }
