@@ -53,8 +53,8 @@ from bench_record import write_record
 from three_role_env import NAME as THREE_ROLE_ENV
 from three_role_env import ROLES as THREE_ROLES
 
+from verl_mas.cpu_run import prepare_tiny_stack, run_on_cpu, tiny_stack_overrides
 from verl_mas.dataset import write_dataset
-from verl_mas.verl_engine.cpu_run import prepare_tiny_stack, run_on_cpu, tiny_stack_overrides
 
 WORK = Path(__file__).resolve().parents[1] / "runs" / "lora_memory"  # model, data, logs (not kept)
 ENV_MODULE = Path(__file__).with_name("three_role_env.py")

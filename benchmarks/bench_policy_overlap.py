@@ -19,11 +19,11 @@ import json
 import statistics
 from pathlib import Path
 
+from verl_mas.cpu_run import run_on_cpu
 from verl_mas.dataset import write_dataset
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
 from verl_mas.overrides import apply_overrides
-from verl_mas.verl_engine.cpu_run import run_on_cpu
 from verl_mas.verl_engine.timeline import (
     phase_overlaps,
     phase_records,
@@ -181,8 +181,8 @@ def draw(records: list[dict], policies: tuple[str, ...], step: int, path: Path, 
 
 
 def draw_phase_check(records: list[dict], policies: tuple[str, ...], step: int, path: Path) -> None:
-    """A `PhaseCheck` trainer hook's step: each policy's worker compute spans of old log-probs and update, one policy after the
-    other (the reference) and then at the same time, on one time axis."""
+    """A `PhaseCheck` trainer hook's step: each policy's worker compute spans of old log-probs and update, one policy
+    after the other (the reference) and then at the same time, on one time axis."""
     import matplotlib
 
     matplotlib.use("Agg")

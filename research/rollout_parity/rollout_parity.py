@@ -31,11 +31,11 @@ from research.verl_learning.verl_learning import (
     verl_command,
     with_keys,
 )
+from verl_mas.cpu_run import run_on_cpu
 from verl_mas.env import Workflow, make_env
 from verl_mas.local.export import export_policies
 from verl_mas.local.train import train
 from verl_mas.overrides import apply_overrides
-from verl_mas.verl_engine.cpu_run import run_on_cpu
 
 RESULTS = Path(__file__).resolve().parent / "data" / "rollout_parity.json"
 FROZEN_LR = 1e-12

@@ -18,12 +18,12 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from verl_mas.cpu_run import run_on_cpu
 from verl_mas.dataset import write_dataset
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
 from verl_mas.local.train import train
 from verl_mas.overrides import apply_overrides
-from verl_mas.verl_engine.cpu_run import run_on_cpu
 
 RESULTS = Path(__file__).resolve().parents[2] / "runs" / "verl_cpu"  # models, data, runs and results.json
 LOCAL_TIMES = ("time/rollout_s", "time/generation_s", "time/advantage_s", "time/update_s", "time/step_s")

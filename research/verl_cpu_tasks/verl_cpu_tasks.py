@@ -19,11 +19,11 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from verl_mas.cpu_run import run_on_cpu
 from verl_mas.dataset import write_dataset
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
 from verl_mas.overrides import apply_overrides
-from verl_mas.verl_engine.cpu_run import run_on_cpu
 
 RESULTS = Path(__file__).resolve().parents[2] / "runs" / "verl_cpu_tasks"  # models, data, runs and report.json
 # small procedural tasks with brief prompts, as a tiny model can be warm-started on
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     data = out / "data"
     n_train = args.steps * args.tasks_per_step
     write_dataset(args.env, data, n_train=n_train, n_eval=args.eval_tasks, seed=0, options=ENV_OPTIONS[args.env])
-    run = run_on_cpu(out / "verl", overrides(args.env, model, data, out / "verl", args), args.timeout)
+    run = run_on_cpu(out / "verl", overrides(args.env, model, data, out / "verl", args), args.timeout, audit=True)
     if run.returncode != 0:
         raise SystemExit(f"the verl run failed ({run.returncode}); see {run.folder / 'log.txt'}")
     logged = run.metrics()

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from research.verl_cpu.verl_cpu import comparison_keys, verl_overrides, write_boards
+from verl_mas.cpu_run import CpuRun, run_on_cpu
 from verl_mas.env import make_env
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
@@ -50,7 +51,6 @@ from verl_mas.local.policies import LORA_BASE_MODEL
 from verl_mas.local.presets import PRESETS
 from verl_mas.local.train import LocalRun, make_tasks, train
 from verl_mas.overrides import apply_overrides
-from verl_mas.verl_engine.cpu_run import CpuRun, run_on_cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / "runs" / "verl_learning"  # models, data, run folders (not kept)
@@ -374,7 +374,7 @@ def run_verl(overrides: list[str], out: Path, timeout: float, stop_at: int | Non
     stop = (lambda: saved_step(out / "checkpoints") >= stop_at) if stop_at else None
     with LoadSampler() as load:
         try:
-            run = run_on_cpu(out, overrides, timeout, kill_when=stop)
+            run = run_on_cpu(out, overrides, timeout, kill_when=stop, audit=True)
         except TimeoutError:
             run = CpuRun(out, None, time.monotonic() - started)
     if run.returncode not in (0, None):

@@ -14,12 +14,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from verl_mas.cpu_run import run_on_cpu
 from verl_mas.dataset import write_dataset
 from verl_mas.local.presets import SMOLLM2_OVERRIDES, resolve_train_config
 from verl_mas.local.reporting import read_metrics
 from verl_mas.local.train import LocalRun, train
 from verl_mas.overrides import parse_overrides
-from verl_mas.verl_engine.cpu_run import run_on_cpu
 
 pytestmark = pytest.mark.real_model
 
@@ -87,6 +87,7 @@ def test_verls_real_stack_trains_the_real_model(tuned, tmp_path):
             "trainer.save_freq=-1",
         ],
         timeout_s=1500,
+        audit=True,
     )
     assert run.returncode == 0, f"the launch failed ({run.returncode}):\n{run.log()[-6000:]}"
     (step,) = [row["data"] for row in run.metrics() if "actor/grad_norm" in row["data"]]

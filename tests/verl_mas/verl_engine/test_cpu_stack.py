@@ -4,7 +4,7 @@ engine, validation and checkpoints, from a tiny model the local engine warm-star
 
 Four launches: `shared` for two steps; `per_role` (two worker groups, two servers) for two steps; `lora_per_role`
 (one base model, one LoRA adapter per role, one worker group, one server) killed after its step-1 checkpoint, then
-resumed. What the actors received is read from the update audit (the `UpdateRecorder` trainer hook every CPU launch
+resumed. What the actors received is read from the update audit (the `UpdateRecorder` trainer hook each launch here
 switches on), which fetches each update's batch exactly as verl's worker does. The `per_role` launch also writes
 `mas.timeline` (when each policy's workers computed, when each policy's servers had requests in flight) and runs the
 `PhaseCheck` hook (its first step also run one policy after the other from the same state). The `shared` and
@@ -32,10 +32,10 @@ from safetensors.torch import load_file
 from update_replay import load_captured_update
 
 from verl_mas.advantage import GROUPING_KEYS, GROUPINGS, compute_at_grpo_advantage
+from verl_mas.cpu_run import AUDIT_HOOK, CpuRun, prepare_tiny_stack, run_on_cpu, tiny_stack_overrides
 from verl_mas.dataset import write_dataset
 from verl_mas.local.model import load_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
-from verl_mas.verl_engine.cpu_run import AUDIT_HOOK, CpuRun, prepare_tiny_stack, run_on_cpu, tiny_stack_overrides
 from verl_mas.verl_engine.guard import OffPolicyRollout, check_on_policy
 from verl_mas.verl_engine.hooks import EVENTS, hook_overrides
 from verl_mas.verl_engine.hooks.phase_check import PhaseCheck, checkpoint_difference
@@ -106,6 +106,7 @@ def launch(root: Path, name: str, overrides: list[str], kill_when=None, succeed:
         ],
         timeout_s=LAUNCH_TIMEOUT_S,
         kill_when=kill_when,
+        audit=True,
     )
     if kill_when is None and succeed:
         assert run.returncode == 0, f"{name} failed ({run.returncode}):\n{run.log()[-6000:]}"

@@ -1,5 +1,5 @@
 """Launches `python -m verl_mas.main +platform=cpu` as a child session and reads back what it logged: the dry run
-of a config on one machine, as the end-to-end tests and the verl-engine benchmark use it; and the tiny model and data
+of a config on one machine, as the end-to-end tests and the verl-engine studies use it; and the tiny model and data
 such a launch starts from."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from verl_mas.verl_engine.hooks.update_record import UpdateRecorder
 
 LOG_FILE = "log.txt"
 METRICS_FILE = "metrics.jsonl"  # verl's file logger: {"step": n, "data": {...}} per line
-AUDIT_FILE = "audit.jsonl"  # the update audit (`hooks.update_record.UpdateRecorder`)
+AUDIT_FILE = "audit.jsonl"  # the update audit (`hooks.update_record.UpdateRecorder`), with audit=True
 AUDIT_HOOK = "update_record"  # its name under trainer_hooks: (add +trainer_hooks.update_record.capture=DIR to capture)
 
 
@@ -42,6 +42,7 @@ class CpuRun:
         return _jsonl(self.folder / METRICS_FILE)
 
     def audit(self) -> list[dict]:
+        """The update audit, a record per step and policy: [] for a launch without audit=True, or before an update."""
         return _jsonl(self.folder / AUDIT_FILE)
 
 
@@ -90,14 +91,15 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def cpu_command(folder: Path, overrides: Sequence[str]) -> list[str]:
-    """The command line: the CPU profile, verl's file logger and the update audit into `folder`, then `overrides`."""
+def cpu_command(folder: Path, overrides: Sequence[str], audit: bool = False) -> list[str]:
+    """The command line: the CPU profile, verl's file logger (and with `audit`, the update audit) into `folder`, then
+    `overrides`."""
     return [
         sys.executable,
         "-m",
         "verl_mas.main",
         "+platform=cpu",
-        *hook_overrides(AUDIT_HOOK, UpdateRecorder, audit=folder / AUDIT_FILE),
+        *(hook_overrides(AUDIT_HOOK, UpdateRecorder, audit=folder / AUDIT_FILE) if audit else []),
         "trainer.logger=[console,file]",
         f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={folder / METRICS_FILE}",
         *overrides,
@@ -109,10 +111,13 @@ def run_on_cpu(
     overrides: Sequence[str],
     timeout_s: float,
     kill_when: Callable[[], bool] | None = None,
+    audit: bool = False,
 ) -> CpuRun:
     """Run one launch in its own session, so that Ray's processes go with it.
 
-    With `kill_when`, the whole session is SIGKILLed as soon as `kill_when()` is true (a crash mid-run).
+    With `kill_when`, the whole session is SIGKILLed as soon as `kill_when()` is true (a crash mid-run). With `audit`,
+    the launch records what each actor update received (`UpdateRecorder` as `trainer_hooks.update_record`), which
+    `CpuRun.audit` reads.
 
     Raises:
         TimeoutError: the launch ran past `timeout_s` (it is killed first); the message points to its log.
@@ -122,7 +127,11 @@ def run_on_cpu(
     started = time.monotonic()
     with (folder / LOG_FILE).open("w") as log:
         process = subprocess.Popen(
-            cpu_command(folder, overrides), stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=folder
+            cpu_command(folder, overrides, audit),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=folder,
         )
         killed = False
         try:
