@@ -23,7 +23,9 @@ class TeamConfig(Protocol):
     single_agent: bool
 
 
-class EpisodeState(Protocol):
+class TeamState(Protocol):
+    """What `ProblemTeamEnv` reads of a subclass's episode state: its outcome (`done`)."""
+
     outcome: str
 
 
@@ -31,7 +33,7 @@ FileSplit = Literal["hash", "all"]
 FILE_SPLITS: tuple[FileSplit, ...] = ("hash", "all")
 ConfigT = TypeVar("ConfigT", bound=TeamConfig)
 ProblemT = TypeVar("ProblemT")
-StateT = TypeVar("StateT", bound=EpisodeState)
+StateT = TypeVar("StateT", bound=TeamState)
 
 
 class ProblemTeamEnv(MultiAgentEnv, Generic[ConfigT, ProblemT, StateT]):

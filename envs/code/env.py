@@ -58,10 +58,10 @@ from verl_mas_envs.problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 
 from .cases import CallCase, CodeProblem, StdinCase, TestCase, literal_value
 from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge_each
-from .judging import judged, judged_together, known_wrong_programs
 from .problems import CACHE_VARIABLE, brief_statement, check_options, file_problem, file_problems, task_problem
 from .tester_reply import TesterReply, read_tester_reply
 from .tester_reward import TESTER_REWARDS, TesterReward, Verdicts, tester_reward
+from .verdict_cache import judged, judged_together, known_wrong_programs
 
 ROLES = ("coder", "tester")
 SINGLE_AGENT_ROLES = ("coder",)

@@ -1,4 +1,4 @@
-"""Judging with a cache (a replayed move runs no program again), and a task's known-wrong programs found with it."""
+"""The judge's verdicts kept for reuse: cached judging (a replayed move runs nothing) and known-wrong programs."""
 
 from __future__ import annotations
 
