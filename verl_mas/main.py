@@ -272,6 +272,40 @@ def check_plugin(config: DictConfig, warn: Callable[[str], None]) -> None:
             warn(f"verl_mas.main: warning: {problem} (needed only for a run on the CPU)")
 
 
+CONFIG_PATH_FLAGS = ("--config-path", "-cp")
+
+
+def config_path_from_cwd(argv: list[str], cwd: Path) -> list[str]:
+    """`argv` with a relative `--config-path` (or `-cp`) made absolute against `cwd`, the current folder.
+
+    hydra reads a relative one from this module's folder (verl_mas/), which no user means: `--config-path
+    recipes/sudoku` from a checkout should read the checkout's recipe. A path with a scheme (`pkg://`) is kept.
+
+    Raises:
+        MasConfigError: the folder is not there, naming the path as given and as read, and the fix.
+    """
+    resolved = list(argv)
+    for position, word in enumerate(argv):
+        flag, equals, value = word.partition("=")
+        if flag not in CONFIG_PATH_FLAGS:
+            continue
+        at = position if equals else position + 1
+        if not equals:
+            if at >= len(argv):
+                break  # no value: hydra's own parser names it
+            value = argv[at]
+        if "://" in value or value.startswith("-") or Path(value).is_absolute():
+            continue  # a package path, hydra's missing value (the next flag), or a folder named in full
+        folder = cwd / value
+        if not folder.is_dir():
+            raise MasConfigError(
+                f"--config-path {value}: no folder {folder} (a relative --config-path is read from the current "
+                "folder); give the folder that holds the --config-name yaml, e.g. --config-path $PWD/recipes/sudoku"
+            )
+        resolved[at] = f"{flag}={folder.resolve()}" if equals else str(folder.resolve())
+    return resolved
+
+
 @hydra.main(config_path="config", config_name="mas_trainer", version_base=None)
 def main(config: DictConfig) -> None:
     try:
@@ -280,7 +314,7 @@ def main(config: DictConfig) -> None:
         print(f"verl_mas.main: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     if config.trainer.device == "cpu":
-        from verl_mas.verl_engine.cpu import select_cpu
+        from verl_mas.cpu_platform import select_cpu
 
         select_cpu()
     auto_set_device(config)
@@ -331,5 +365,15 @@ def first_gpu_gib() -> float | None:
         return None
 
 
-if __name__ == "__main__":
+def launch() -> None:
+    """`python -m verl_mas.main`: hydra's main, a relative --config-path read from the current folder."""
+    try:
+        sys.argv[1:] = config_path_from_cwd(sys.argv[1:], Path.cwd())
+    except MasConfigError as error:
+        print(f"verl_mas.main: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     main()
+
+
+if __name__ == "__main__":
+    launch()

@@ -85,7 +85,7 @@ def test_the_docs_show_each_kind_of_command():
 HOSTILE_DOC = """# A doc with broken commands
 
     python -m verl_mas.main mas.timeline=/tmp/timeline.jsonl --cfg job
-    python -m verl_mas.main --config-path recipes/sudoku --config-name sudoku
+    python -m verl_mas.main --config-path sudoku --config-name sudoku
     python -m verl_mas.main +platform=cpu mas.router=per_role actor_rollout_ref.rollout.name=sglang
     verl-mas train no_such_key=1
     verl-mas data --env sudoku --out ~/data/x --train 5 size=7
@@ -108,7 +108,7 @@ def test_a_doc_with_broken_commands_fails_naming_the_file_line_and_key(tmp_path)
     failed = run_doc(doc, tmp_path / "run")
     expected = [
         (f"{doc}:3:", "Could not override 'mas.timeline'"),
-        (f"{doc}:4:", "verl_mas/recipes/sudoku"),  # hydra takes a relative --config-path from verl_mas/
+        (f"{doc}:4:", "--config-path sudoku: no folder"),  # read from the current folder, the checkout
         (f"{doc}:5:", "actor_rollout_ref.rollout.name=sglang: not supported with several policies"),
         (f"{doc}:6:", "unknown config key 'no_such_key'"),
         (f"{doc}:7:", "size"),

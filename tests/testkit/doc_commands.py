@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 import verl_mas.main
 from verl_mas import cli
 from verl_mas.dataset import write_dataset
-from verl_mas.verl_engine.config import MasConfig
+from verl_mas.verl_engine.config import MasConfig, MasConfigError
 
 PYTHONS = ("python", "python3")
 # what `python -m verl_mas.main` composes when no --config-path/--config-name is given (its @hydra.main)
@@ -207,9 +207,13 @@ class DocSession:
     # -------------------------------------------------------------- python -m verl_mas.main
 
     def compose_main(self, argv: list[str]) -> DictConfig:
-        """The config `python -m verl_mas.main ARGV` runs with: hydra's own argument parser and search path (a
-        relative --config-path is relative to verl_mas/, as for the module run with -m), its composition, `hydra:`
-        removed as hydra does before calling main. See `compose`."""
+        """The config `python -m verl_mas.main ARGV` runs with: a relative --config-path read from the current folder
+        (`verl_mas.main.launch`), hydra's own argument parser and search path, its composition, `hydra:` removed as
+        hydra does before calling main. See `compose`."""
+        try:
+            argv = verl_mas.main.config_path_from_cwd(argv, Path.cwd())
+        except MasConfigError as error:
+            raise CommandFailed(str(error)) from None
         with contextlib.redirect_stderr(io.StringIO()) as stderr:
             try:
                 args = get_args_parser().parse_args(argv)
