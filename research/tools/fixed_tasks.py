@@ -45,8 +45,8 @@ class FixedTasksRun(LocalRun):
     def train_tasks(self, step: int) -> list[Task]:
         return super().train_tasks(step if self.fresh else 0)
 
-    def advantages(self, samples: list[Sample]) -> torch.Tensor:
-        computed = super().advantages(samples)
+    def compute_advantages(self, samples: list[Sample]) -> torch.Tensor:
+        computed = super().compute_advantages(samples)
         if self.mode == "negated":
             return -computed
         if self.mode == "shuffled":

@@ -207,7 +207,7 @@ class LocalRun:
         )
         if samples:
             started = time.perf_counter()
-            advantages = self.advantages(samples)
+            advantages = self.compute_advantages(samples)
             timing["time/advantage_s"] = time.perf_counter() - started
             for callback in self.callbacks:
                 callback.advantages(self, step, samples, advantages)
@@ -222,7 +222,7 @@ class LocalRun:
         """The tasks training step `step` (0-based) rolls out: the next `tasks_per_step` of the train split."""
         return make_tasks(self.config, "train", step * self.config.tasks_per_step, self.config.tasks_per_step)
 
-    def advantages(self, samples: list[Sample]) -> torch.Tensor:
+    def compute_advantages(self, samples: list[Sample]) -> torch.Tensor:
         """[N] one advantage per sample, by the run's grouping."""
         return sample_advantages(samples, self.config.grouping, self.config.norm_adv_by_std)
 

@@ -34,12 +34,12 @@ def test_negated_and_shuffled_advantages_are_the_computed_ones_altered(saved_con
     config = read_config(saved_config)
     rewards = [1.0, 0.0, 3.0, 2.0]
     samples = [Sample("t0", "plan", 0, i, "shared", (1,), (2,), None, r, 0.0, r, False) for i, r in enumerate(rewards)]
-    computed = fixed_tasks.FixedTasksRun(config, fresh=False, mode="computed").advantages(samples)
+    computed = fixed_tasks.FixedTasksRun(config, fresh=False, mode="computed").compute_advantages(samples)
     # one group of four: (r - 1.5) / std, the sample std of 1, 0, 3, 2 being sqrt(5/3)
     assert computed.tolist() == pytest.approx([(r - 1.5) / (5 / 3) ** 0.5 for r in rewards], rel=1e-4)
-    negated = fixed_tasks.FixedTasksRun(config, fresh=False, mode="negated").advantages(samples)
+    negated = fixed_tasks.FixedTasksRun(config, fresh=False, mode="negated").compute_advantages(samples)
     assert torch.equal(negated, -computed)
-    shuffled = fixed_tasks.FixedTasksRun(config, fresh=False, mode="shuffled").advantages(samples)
+    shuffled = fixed_tasks.FixedTasksRun(config, fresh=False, mode="shuffled").compute_advantages(samples)
     assert sorted(shuffled.tolist()) == sorted(computed.tolist()) and not torch.equal(shuffled, computed)
 
 
