@@ -36,7 +36,13 @@ from verl_mas.local.generator import BatchingGenerator
 from verl_mas.local.policies import build_policies, resolve_device
 from verl_mas.local.reporting import MetricsSink, plot_learning_curve
 from verl_mas.local.tokenizer import load_tokenizer
-from verl_mas.local.warm_start import check_warm_start_roles, collect_expert_pairs, expert_tokenizer, warn_of_cut_moves
+from verl_mas.local.warm_start import (
+    check_warm_start_roles,
+    collect_expert_pairs,
+    expert_move_lengths,
+    expert_tokenizer,
+    warn_of_cut_moves,
+)
 from verl_mas.metrics import infra_failure_metrics, rollout_metrics
 from verl_mas.rollout import (
     EnvFactory,
@@ -146,7 +152,9 @@ class LocalRun:
         else:
             log(f"training a {config.model.vocab_size}-token tokenizer on {len(pairs)} expert moves and their prompts")
             self.tokenizer = expert_tokenizer(pairs, config.model.vocab_size)
-        warn_of_cut_moves(self.tokenizer, pairs, config.sampling, log)
+        # per role, the expert moves' lengths: what a saved warm start tells the runs that start from it
+        self.expert_move_lengths = expert_move_lengths(self.tokenizer, pairs)
+        warn_of_cut_moves(self.expert_move_lengths, config.sampling, log)
         policies = build_policies(config, self.router.policies, self.tokenizer, pairs, self.device, log)
         self.models, self.trainers, self.served = policies.models, policies.trainers, policies.served
         sampler_seed = config.seed if config.sampler_seed is None else config.sampler_seed

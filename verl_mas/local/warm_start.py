@@ -6,8 +6,8 @@ import asyncio
 import math
 import random
 import time
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,27 +124,43 @@ def expert_tokenizer(pairs: list[ExpertPair], vocab_size: int):
     return train_tokenizer(texts, vocab_size=vocab_size)
 
 
-def expert_moves_cut(tokenizer, pairs: list[ExpertPair], sampling: SamplingConfig) -> list[CutMoves]:
-    """Per sampling limit that applies to some role: how many of those roles' expert moves exceed it."""
-    lengths: dict[tuple[str, int], list[int]] = defaultdict(list)
+def expert_move_lengths(tokenizer, pairs: Sequence[ExpertPair]) -> dict[str, dict[int, int]]:
+    """Per role, how many expert moves take each length in tokens, eos included (what a reply needs of its limit)."""
+    lengths: dict[str, Counter[int]] = defaultdict(Counter)
     for pair in pairs:
-        lengths[sampling.limit_for(pair.role)].append(len(tokenizer.encode(pair.move, add_special_tokens=False)) + 1)
+        lengths[pair.role][len(tokenizer.encode(pair.move, add_special_tokens=False)) + 1] += 1
+    return {role: dict(sorted(found.items())) for role, found in sorted(lengths.items())}
+
+
+def expert_moves_cut(lengths: Mapping[str, Mapping[int, int]], sampling: SamplingConfig) -> list[CutMoves]:
+    """Per sampling limit that applies to some role: how many of those roles' expert moves (`expert_move_lengths`)
+    exceed it."""
+    by_limit: dict[tuple[str, int], Counter[int]] = defaultdict(Counter)
+    for role, found in lengths.items():
+        by_limit[sampling.limit_for(role)].update(found)
     return [
-        CutMoves(key, limit, len(found), sum(length > limit for length in found), max(found))
-        for (key, limit), found in sorted(lengths.items())
+        CutMoves(key, limit, sum(found.values()), sum(n for length, n in found.items() if length > limit), max(found))
+        for (key, limit), found in sorted(by_limit.items())
     ]
 
 
-def warn_of_cut_moves(tokenizer, pairs: list[ExpertPair], sampling: SamplingConfig, log: Callable[[str], None]) -> None:
+def cut_moves_text(cut: CutMoves) -> str:
+    """What a cut limit does, and the value that leaves room."""
+    return (
+        f"{cut.cut} of {cut.moves} expert moves are longer than {cut.key}={cut.limit} "
+        f"(longest: {cut.longest} tokens with eos); sampled replies of that length are cut. "
+        f"Set {cut.key}={cut.longest} to leave room."
+    )
+
+
+def warn_of_cut_moves(
+    lengths: Mapping[str, Mapping[int, int]], sampling: SamplingConfig, log: Callable[[str], None]
+) -> None:
     """Log each sampling limit that expert moves exceed: the warm start teaches whole moves, and a sampler that stops
     short turns each such move into a cut reply."""
-    for cut in expert_moves_cut(tokenizer, pairs, sampling):
+    for cut in expert_moves_cut(lengths, sampling):
         if cut.cut:
-            log(
-                f"warning: {cut.cut} of {cut.moves} expert moves are longer than {cut.key}={cut.limit} "
-                f"(longest: {cut.longest} tokens with eos); sampled replies of that length are cut. "
-                f"Set {cut.key}={cut.longest} to leave room."
-            )
+            log(f"warning: {cut_moves_text(cut)}")
 
 
 def warm_start(

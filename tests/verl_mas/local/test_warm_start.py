@@ -19,6 +19,7 @@ from verl_mas.local.train import make_tasks
 from verl_mas.local.warm_start import (
     ExpertRecorder,
     collect_expert_pairs,
+    expert_move_lengths,
     expert_moves_cut,
     expert_tokenizer,
     warm_start,
@@ -205,7 +206,7 @@ def test_code_tool_preset_leaves_room_for_each_envs_whole_program(env, options):
     # Every tool move is the program, one per turn played; a corrupted plan move adds a turn.
     assert len(programs) == len(pairs) // 2 >= 6 and all("print(" in program for program in programs)
     tokenizer = expert_tokenizer(pairs, config.model.vocab_size)
-    cuts = {cut.key: cut for cut in expert_moves_cut(tokenizer, pairs, config.sampling)}
+    cuts = {cut.key: cut for cut in expert_moves_cut(expert_move_lengths(tokenizer, pairs), config.sampling)}
     assert set(cuts) == {"sampling.max_new_tokens", "sampling.role_max_new_tokens.plan"}
     assert all(cut.cut == 0 for cut in cuts.values())
     assert cuts["sampling.max_new_tokens"].longest > 300  # a whole program with its eos, not a short compact move
