@@ -22,15 +22,8 @@ import numpy as np
 import torch
 
 from research.verl_cpu.verl_cpu import write_boards
-from research.verl_learning.verl_learning import (
-    WORK,
-    finite_or_null,
-    local_config,
-    or_dash,
-    paired,
-    verl_command,
-    with_keys,
-)
+from research.verl_learning.readings import finite_or_null, or_dash, paired
+from research.verl_learning.settings import WORK, local_config, verl_command, with_keys
 from verl_mas.cpu_run import run_on_cpu
 from verl_mas.env import Workflow, make_env
 from verl_mas.local.export import export_policies

@@ -1,4 +1,4 @@
-"""research.verl_learning.verl_learning: its paired statistics, verl's mini-batch size, overrides, saved step and the
+"""research.verl_learning: its paired statistics, verl's mini-batch size, overrides, saved step and the
 conversion of verl's L2 checkpoints into the local LoRA model."""
 
 import argparse
@@ -12,7 +12,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 from research.verl_cpu import verl_cpu
-from research.verl_learning import verl_learning
+from research.verl_learning import engines, readings, settings, verl_learning, weights
 from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.model import build_tiny_model
 from verl_mas.overrides import apply_overrides
@@ -21,36 +21,36 @@ from verl_mas.overrides import apply_overrides
 def test_paired_change_is_the_mean_difference_with_its_standard_error():
     before = np.array([0.0, 0.5, 1.0, 0.0])
     after = np.array([1.0, 0.5, 1.0, 0.5])
-    change = verl_learning.paired(after, before)
+    change = readings.paired(after, before)
     difference = after - before
     assert change["mean"] == pytest.approx(0.375)
     assert change["se"] == pytest.approx(difference.std(ddof=1) / 2)
     assert change["z"] == pytest.approx(change["mean"] / change["se"])
-    assert verl_learning.paired(before, before)["z"] is None  # no spread: no z (JSON null, not a bare NaN)
-    assert verl_learning.paired(after[:1], before[:1])["se"] is None  # one board: no se
-    assert verl_learning.or_dash(None, "+.1f") == "-" and verl_learning.or_dash(-0.26, "+.1f") == "-0.3"
+    assert readings.paired(before, before)["z"] is None  # no spread: no z (JSON null, not a bare NaN)
+    assert readings.paired(after[:1], before[:1])["se"] is None  # one board: no se
+    assert readings.or_dash(None, "+.1f") == "-" and readings.or_dash(-0.26, "+.1f") == "-0.3"
 
 
 def test_results_are_strict_json_whatever_the_readings():
     nan, inf = float("nan"), float("inf")
     result = {"z": nan, "runs": [{"wall_s": inf, "steps": 3}, (0.5, -inf)], "name": "x", "ok": True}
     strict = {"z": None, "runs": [{"wall_s": None, "steps": 3}, [0.5, None]], "name": "x", "ok": True}
-    assert verl_learning.finite_or_null(result) == strict
-    assert verl_learning.paired(np.array([nan, 1.0]), np.array([0.0, 0.0]))["z"] is None  # a NaN reading: no z
-    assert verl_learning.LoadSampler().summary() == {"min": None, "median": None, "max": None, "readings": 0}
+    assert readings.finite_or_null(result) == strict
+    assert readings.paired(np.array([nan, 1.0]), np.array([0.0, 0.0]))["z"] is None  # a NaN reading: no z
+    assert engines.LoadSampler().summary() == {"min": None, "median": None, "max": None, "readings": 0}
 
 
 def test_one_mini_batch_holds_every_sample_a_policy_can_get():
     shared = apply_overrides(LocalTrainConfig(), {"tasks_per_step": 16, "k": 4})
-    assert verl_learning.samples_per_policy(shared) == 16 * 4 * 3 * 2  # compact Plan-Path: 3 turns, tool and plan
+    assert settings.samples_per_policy(shared) == 16 * 4 * 3 * 2  # compact Plan-Path: 3 turns, tool and plan
     per_role = apply_overrides(shared, {"router": "per_role"})
-    assert verl_learning.samples_per_policy(per_role) == 16 * 4 * 3
+    assert settings.samples_per_policy(per_role) == 16 * 4 * 3
 
 
 def test_both_engine_comparisons_set_the_same_local_keys_from_their_command():
     args = argparse.Namespace(steps=7, tasks_per_step=5, k=3, eval_tasks=9, seed=2, mini_batch=11, router="per_role")
     args.eval_every = 3
-    first, learning = verl_cpu.local_config(args, Path("first")), verl_learning.local_config(args, Path("learning"))
+    first, learning = verl_cpu.local_config(args, Path("first")), settings.local_config(args, Path("learning"))
     for config in (first, learning):
         shared = (config.steps, config.tasks_per_step, config.k, config.eval_tasks, config.eval_every, config.seed)
         assert shared == (7, 5, 3, 9, 7, 2)  # one evaluation, after the last step
@@ -70,20 +70,20 @@ def test_verls_boards_are_every_training_step_of_the_local_run_and_its_held_out_
 
 def test_keys_are_replaced_in_place_or_appended():
     base = ["a.b=1", "c=2", "d=x=y"]
-    assert verl_learning.with_keys(base, {"c": 3, "e": "z"}) == ["a.b=1", "d=x=y", "c=3", "e=z"]
+    assert settings.with_keys(base, {"c": 3, "e": "z"}) == ["a.b=1", "d=x=y", "c=3", "e=z"]
 
 
 def test_median_times_skip_the_first_step_and_untimed_phases():
     rows = [{"t": 100.0}, {"t": 1.0}, {"t": 3.0}, {"t": 2.0}]
-    assert verl_learning.median_times(rows, {"step": "t", "old_log_prob": None}) == {"step": 2.0, "old_log_prob": None}
+    assert engines.median_times(rows, {"step": "t", "old_log_prob": None}) == {"step": 2.0, "old_log_prob": None}
 
 
 def test_saved_step_is_the_last_step_every_policy_saved(tmp_path):
-    assert verl_learning.saved_step(tmp_path) == 0
+    assert engines.saved_step(tmp_path) == 0
     for policy, step in (("tool", "20"), ("plan", "10")):
         (tmp_path / policy).mkdir()
         (tmp_path / policy / "latest_checkpointed_iteration.txt").write_text(step)
-    assert verl_learning.saved_step(tmp_path) == 10
+    assert engines.saved_step(tmp_path) == 10
 
 
 def test_training_spread_reads_verl_against_the_local_runs_mean_and_sd():
@@ -95,10 +95,10 @@ def test_training_spread_reads_verl_against_the_local_runs_mean_and_sd():
         "verl": {0: board_results([0.0, 1.0]), 25: board_results([0.0, 0.0])},  # 0.5, then 0.0
     }
     spread = {1: {0: board_results([0.0, 1.0]), 25: board_results([0.0, 1.0])}, 2: {0: board_results([0.0, 1.0])}}
-    rows = verl_learning.training_spread(boards, spread)["greedy"]
+    rows = readings.training_spread(boards, spread)["greedy"]
     assert [row["step"] for row in rows] == [0]  # sampler seed 2 has no step 25: only steps every run has
     spread.pop(2)
-    first, second = verl_learning.training_spread(boards, spread)["greedy"]
+    first, second = readings.training_spread(boards, spread)["greedy"]
     assert first["verl_in_local_sds"] is None  # every run reads 0.5: no spread
     assert second["local"] == [1.0, 0.5] and second["local_mean"] == pytest.approx(0.75)
     assert second["local_sd"] == pytest.approx(np.std([1.0, 0.5], ddof=1))
@@ -113,7 +113,7 @@ def test_the_compact_record_is_what_the_pages_figures_read(monkeypatch, tmp_path
             "0": {"greedy": [1.0, 0.0, 1.0, 0.0], "sampled": [1.0, 0.5, 0.0, 0.5]},
             "25": {"greedy": [1.0, 1.0, 1.0, 0.0], "sampled": [1.0, 1.0, 0.5, 0.0]},
         }
-        for engine in verl_learning.ENGINES
+        for engine in settings.ENGINES
     }
     curve = {mode: {"steps": [0, 25], "success": [0.5, 0.75], "change": []} for mode in ("greedy", "sampled")}
     times = {"generation": 1.0, "old_log_prob": None, "advantage": 0.5, "update": 2.0, "step": 3.5}
@@ -126,12 +126,12 @@ def test_the_compact_record_is_what_the_pages_figures_read(monkeypatch, tmp_path
         "sampled_episodes_per_board": 2,
         "local_torch_threads": 1,
         "verl_minus_local": {},
-        "engines": {engine: {"curve": curve, "times": times, "wall_s": 9.0} for engine in verl_learning.ENGINES},
+        "engines": {engine: {"curve": curve, "times": times, "wall_s": 9.0} for engine in settings.ENGINES},
         "local_sampler_runs": {"1": curve},
         "training_spread": {},
         "boards_per_step": boards,
     }
-    record = verl_learning.compact_record(raw)
+    record = readings.compact_record(raw)
     assert record["board_results"]["verl"]["25"] == {"greedy": "1110", "sampled": "2210"}
     assert record["board_results"]["local"]["0"] == {"greedy": "1010", "sampled": "2101"}
     assert record["steps"] == [0, 25] and record["step_s"]["local"] == times
@@ -167,8 +167,8 @@ def test_a_verl_l2_checkpoint_loads_into_the_local_lora_model_with_each_roles_ow
                 parameter.copy_(torch.randn(parameter.shape, generator=generator))
     state = verl.state_dict()
     local = lora_model(["tool", "plan"])
-    converted = verl_learning.role_adapters_state(state, ["tool", "plan"])
-    assert not any(verl_learning.lora_owner(name) == "default" for name in converted)
+    converted = weights.role_adapters_state(state, ["tool", "plan"])
+    assert not any(weights.lora_owner(name) == "default" for name in converted)
     local.load_state_dict(converted)  # strict: the same names, nothing missing, nothing left over
     for role in ("tool", "plan"):
         assert torch.allclose(logits_under(local, role), logits_under(verl, role))
@@ -185,30 +185,30 @@ def test_a_verl_l2_checkpoint_loads_into_the_local_lora_model_with_each_roles_ow
 def test_a_verl_l2_checkpoint_with_other_adapters_than_the_local_model_is_refused():
     state = lora_model(["default", "tool", "plan"]).state_dict()
     with pytest.raises(ValueError, match=r"holds adapters \['plan', 'tool'\], the local model \['tool'\]"):
-        verl_learning.role_adapters_state(state, ["tool"])
+        weights.role_adapters_state(state, ["tool"])
     with pytest.raises(ValueError, match=r"holds adapters \['tool'\], the local model \['plan', 'tool'\]"):
-        verl_learning.role_adapters_state(lora_model(["default", "tool"]).state_dict(), ["tool", "plan"])
-    assert verl_learning.lora_owner("base_model.model.model.layers.0.self_attn.q_proj.lora_B.plan.weight") == "plan"
-    assert verl_learning.lora_owner("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight") is None
+        weights.role_adapters_state(lora_model(["default", "tool"]).state_dict(), ["tool", "plan"])
+    assert weights.lora_owner("base_model.model.model.layers.0.self_attn.q_proj.lora_B.plan.weight") == "plan"
+    assert weights.lora_owner("base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight") is None
 
 
 def test_the_base_change_reads_base_weights_only():
     start = lora_model(["tool"]).state_dict()
     later = {name: tensor.clone() for name, tensor in start.items()}
-    adapter = next(name for name in later if verl_learning.lora_owner(name) == "tool")
+    adapter = next(name for name in later if weights.lora_owner(name) == "tool")
     later[adapter] += 5.0  # an adapter moving is not the base moving
-    assert verl_learning.base_change(later, start) == 0.0
+    assert weights.base_change(later, start) == 0.0
     base = next(name for name in later if name.endswith("q_proj.base_layer.weight"))
     later[base][0, 0] -= 0.25
-    assert verl_learning.base_change(later, start) == pytest.approx(0.25)
+    assert weights.base_change(later, start) == pytest.approx(0.25)
 
 
 def test_l2_runs_the_local_preset_and_gives_verl_its_lora_settings_on_one_group():
     args = argparse.Namespace(steps=4, tasks_per_step=2, k=2, eval_tasks=3, seed=0, router="lora_per_role")
     args.eval_every = 2
-    config = verl_learning.local_config(args, Path("l2"))
+    config = settings.local_config(args, Path("l2"))
     assert (config.router, config.lora.rank, config.lora.alpha, config.output_dir) == ("per_role", 8, 16.0, "l2")
-    overrides = verl_learning.verl_command(config, args, Path("m"), Path("d"), Path("o"))
+    overrides = settings.verl_command(config, args, Path("m"), Path("d"), Path("o"))
     assert {
         "mas.router=per_role",
         "mas.lora_per_role=true",
@@ -227,57 +227,57 @@ def l2_args(steps: int = 100, **extra) -> argparse.Namespace:
 
 def test_l2s_lr_and_rank_replace_the_presets_and_reach_verl_and_the_run_names():
     args = l2_args(eval_every=2)
-    preset = verl_learning.local_config(args, Path("l2"))
-    assert (preset.update.lr, preset.lora.rank) == (3e-4, 8) and verl_learning.lora_variant(preset) == ""
-    faster = verl_learning.local_config(args, Path("l2"), lr=1e-3)
+    preset = settings.local_config(args, Path("l2"))
+    assert (preset.update.lr, preset.lora.rank) == (3e-4, 8) and settings.lora_variant(preset) == ""
+    faster = settings.local_config(args, Path("l2"), lr=1e-3)
     assert (faster.update.lr, faster.lora.rank, faster.lora.alpha) == (1e-3, 8, 16.0)
-    assert verl_learning.lora_variant(faster) == "_lr0.001"
-    wider = verl_learning.local_config(args, Path("l2"), lr=3e-3, rank=16)
-    assert verl_learning.lora_variant(wider) == "_lr0.003_r16"
+    assert settings.lora_variant(faster) == "_lr0.001"
+    wider = settings.local_config(args, Path("l2"), lr=3e-3, rank=16)
+    assert settings.lora_variant(wider) == "_lr0.003_r16"
     # only the rank differs: named, so that it never reuses the preset's work folder
-    assert verl_learning.lora_variant(verl_learning.local_config(args, Path("l2"), rank=16)) == "_lr0.0003_r16"
-    overrides = verl_learning.verl_command(wider, args, Path("m"), Path("d"), Path("o"))
+    assert settings.lora_variant(settings.local_config(args, Path("l2"), rank=16)) == "_lr0.0003_r16"
+    overrides = settings.verl_command(wider, args, Path("m"), Path("d"), Path("o"))
     assert {"actor_rollout_ref.actor.optim.lr=0.003", "actor_rollout_ref.model.lora_rank=16"} <= set(overrides)
     # another router: no adapters, no suffix, the lr untouched
-    shared = verl_learning.local_config(argparse.Namespace(**(vars(args) | {"router": "shared"})), Path("s"), lr=1e-3)
-    assert (shared.update.lr, shared.lora.rank, verl_learning.lora_variant(shared)) == (3e-4, 0, "")
+    shared = settings.local_config(argparse.Namespace(**(vars(args) | {"router": "shared"})), Path("s"), lr=1e-3)
+    assert (shared.update.lr, shared.lora.rank, settings.lora_variant(shared)) == (3e-4, 0, "")
 
 
 def test_l2_runs_at_another_budget_never_take_the_first_budgets_folders_or_records():
     longer = l2_args(steps=200, eval_every=25)
-    assert verl_learning.lora_variant(verl_learning.local_config(longer, Path("l2"))) == "_steps200"
-    assert verl_learning.lora_variant(verl_learning.local_config(longer, Path("l2"), lr=1e-3)) == "_lr0.001_steps200"
-    first = verl_learning.local_config(l2_args(eval_every=25), Path("l2"), lr=1e-3)
-    assert verl_learning.lora_variant(first) == "_lr0.001"  # the second design's pilot's folder, as it ran
+    assert settings.lora_variant(settings.local_config(longer, Path("l2"))) == "_steps200"
+    assert settings.lora_variant(settings.local_config(longer, Path("l2"), lr=1e-3)) == "_lr0.001_steps200"
+    first = settings.local_config(l2_args(eval_every=25), Path("l2"), lr=1e-3)
+    assert settings.lora_variant(first) == "_lr0.001"  # the second design's pilot's folder, as it ran
     shared = argparse.Namespace(**(vars(longer) | {"router": "shared"}))  # other routers: one budget per router
-    assert verl_learning.lora_variant(verl_learning.local_config(shared, Path("s"))) == ""
-    assert verl_learning.pilot_record_name("lora_per_role", 3, 100) == "lora_per_role_pilot_seed3.json"
-    assert verl_learning.pilot_record_name("lora_per_role", 3, 200) == "lora_per_role_pilot_seed3_steps200.json"
+    assert settings.lora_variant(settings.local_config(shared, Path("s"))) == ""
+    assert settings.pilot_record_name("lora_per_role", 3, 100) == "lora_per_role_pilot_seed3.json"
+    assert settings.pilot_record_name("lora_per_role", 3, 200) == "lora_per_role_pilot_seed3_steps200.json"
 
 
 def test_l2s_adapted_modules_replace_the_presets_and_reach_verl_the_run_names_and_the_pilot_record():
     mlp = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-    config = verl_learning.local_config(l2_args(steps=200, eval_every=25), Path("l2"), lr=1e-3, targets=mlp)
+    config = settings.local_config(l2_args(steps=200, eval_every=25), Path("l2"), lr=1e-3, targets=mlp)
     assert (config.lora.target_modules, config.lora.rank, config.update.lr) == (mlp, 8, 1e-3)
     suffix = "_targets-q_proj-k_proj-v_proj-o_proj-gate_proj-up_proj-down_proj"
-    assert verl_learning.lora_variant(config) == "_lr0.001_steps200" + suffix  # never the third design's folder
-    assert verl_learning.targets_variant(config) == suffix
-    overrides = verl_learning.verl_command(config, l2_args(eval_every=25), Path("m"), Path("d"), Path("o"))
+    assert settings.lora_variant(config) == "_lr0.001_steps200" + suffix  # never the third design's folder
+    assert settings.targets_variant(config) == suffix
+    overrides = settings.verl_command(config, l2_args(eval_every=25), Path("m"), Path("d"), Path("o"))
     assert f"actor_rollout_ref.model.target_modules=[{','.join(mlp)}]" in overrides
-    assert verl_learning.pilot_record_name("lora_per_role", 3, 200, suffix) == (
+    assert settings.pilot_record_name("lora_per_role", 3, 200, suffix) == (
         f"lora_per_role_pilot_seed3_steps200{suffix}.json"
     )
     # the preset's modules named explicitly are the preset: no suffix, the earlier runs' folders
     preset_modules = ("q_proj", "k_proj", "v_proj", "o_proj")
-    same = verl_learning.local_config(l2_args(eval_every=25), Path("l2"), targets=preset_modules)
-    assert verl_learning.lora_variant(same) == "" and verl_learning.targets_variant(same) == ""
+    same = settings.local_config(l2_args(eval_every=25), Path("l2"), targets=preset_modules)
+    assert settings.lora_variant(same) == "" and settings.targets_variant(same) == ""
 
 
 def test_replication_seeds_have_their_own_work_folder_and_records():
-    assert verl_learning.seed_work(0) == verl_learning.WORK
-    assert verl_learning.seed_work(2) == verl_learning.WORK / "seed_2"
-    assert verl_learning.record_name("shared", 0) == "shared.json"  # seed 0's committed data keeps its name
-    assert verl_learning.record_name("per_role", 1) == "per_role_seed1.json"
+    assert settings.seed_work(0) == settings.WORK
+    assert settings.seed_work(2) == settings.WORK / "seed_2"
+    assert settings.record_name("shared", 0) == "shared.json"  # seed 0's committed data keeps its name
+    assert settings.record_name("per_role", 1) == "per_role_seed1.json"
 
 
 @pytest.mark.parametrize(
