@@ -29,9 +29,9 @@ def _register_estimator() -> None:
 
 
 def _register_platform() -> None:
-    from verl_mas.verl_engine import cpu
+    from verl_mas import cpu_platform
 
-    cpu.register()
+    cpu_platform.register()
 
 
 def _described(error: BaseException) -> str:

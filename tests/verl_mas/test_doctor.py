@@ -167,7 +167,7 @@ def test_doctor_for_real_in_this_venv_the_cpu_dry_run_of_a_recipe():
 
 
 def test_doctor_names_a_plugin_that_fails_to_import_in_a_fresh_process(tmp_path):
-    env = broken_env(tmp_path / "site", modules=("verl_mas.verl_engine.cpu",))
+    env = broken_env(tmp_path / "site", modules=("verl_mas.cpu_platform",))
     done = subprocess.run([VERL_MAS, "doctor", "--target", "cpu"], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-2000:]
     says = (

