@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from research.stats import number
+from verl_mas.stats import number
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:

@@ -24,7 +24,6 @@ import torch
 from transformers.utils import logging as transformers_logging
 
 from research.records import RUNS_FILE, RunCurves, write_runs
-from research.stats import difference_summary, interval_text, markdown_table, mean_se_text
 from verl_mas.local.callbacks import RunCallbacks
 from verl_mas.local.config import (
     CONFIG_FILE,
@@ -40,6 +39,7 @@ from verl_mas.local.reporting import read_metrics
 from verl_mas.local.train import LocalRun, train
 from verl_mas.local.warm_start import warm_start_env_options
 from verl_mas.overrides import parse_overrides
+from verl_mas.stats import difference_summary, interval_text, markdown_table, mean_se_text
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "runs" / "learning"  # raw runs stay out of git; a study keeps what its page needs in data/

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,9 +42,7 @@ class PairedSummary:
 
     def text(self) -> str:
         """ "mean (SE) [95% interval]", leaving out what it lacks; "-" without a mean."""
-        if self.mean is None:
-            return "-"
-        return mean_se_text(self.mean, self.se) + (f" {interval_text(self.ci95)}" if self.ci95 else "")
+        return estimate_text(self.mean, self.se, self.ci95)
 
 
 def paired_summary(differences: Sequence[float]) -> PairedSummary:
@@ -57,6 +55,23 @@ def paired_summary(differences: Sequence[float]) -> PairedSummary:
         return PairedSummary(values, mean, se, None)
     half = t_quantile_95(n - 1) * se
     return PairedSummary(values, mean, se, (mean - half, mean + half))
+
+
+def difference_summary(differences: Sequence[float]) -> dict[str, Any]:
+    """`paired_summary` in its JSON form (n, per_seed, mean, se, ci95): what a study's data keep."""
+    return paired_summary(differences).as_dict()
+
+
+def summary_text(summary: Mapping[str, Any]) -> str:
+    """A summary in its JSON form (`difference_summary`) as `PairedSummary.text` shows it."""
+    return estimate_text(summary["mean"], summary["se"], summary["ci95"])
+
+
+def estimate_text(mean: float | None, se: float | None, ci95: Sequence[float] | None) -> str:
+    """ "mean (SE) [95% interval]", leaving out what is missing; "-" without a mean."""
+    if mean is None:
+        return "-"
+    return mean_se_text(mean, se) + (f" {interval_text(ci95)}" if ci95 else "")
 
 
 def number(value: float | None, signed: bool = False) -> str:

@@ -1,7 +1,7 @@
 """What a code design's warm starts play like before RL: each seed's step-0 held-out readings, their mean and SE.
 
 Reads each run's step-0 evaluation row from `RUNS/code/seedS/ARM/metrics.jsonl` and writes, per reading, the per-seed
-values, mean, standard error and 95% t interval (`research.stats.difference_summary`): greedy and sampled success, the
+values, mean, standard error and 95% t interval (`verl_mas.stats.difference_summary`): greedy and sampled success, the
 share of sampled episodes whose first program solves the task, what the second turn adds (sampled success minus that
 share), and the tester's first-turn shares (catch, credited, replies with a case the correct program fails).
 
@@ -22,7 +22,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from research.stats import difference_summary
+from verl_mas.stats import difference_summary
 
 ARM = "at_grpo_catch_share"
 SAMPLED = "eval_sampled/"

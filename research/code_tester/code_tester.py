@@ -49,12 +49,12 @@ from pathlib import Path
 from typing import Any
 
 from research import harness
-from research.stats import difference_summary, markdown_table, number, summary_text
 from verl_mas.env import INFRA_FAILURE
 from verl_mas.local.callbacks import RunCallbacks
 from verl_mas.local.reporting import METRICS_FILE, read_metrics
 from verl_mas.local.train import LocalRun
 from verl_mas.rollout import EpisodeResult
+from verl_mas.stats import difference_summary, markdown_table, number, summary_text
 
 ENV = "code"
 DEFAULT_OUT = harness.REPO / "runs" / "code_tester"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from research.evaluations import read_rows
 from research.records import MODES, RUNS_FILE, read_runs
-from research.stats import difference_summary, markdown_table, number, summary_text
+from verl_mas.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
 TEAM = "at_grpo_catch_share"

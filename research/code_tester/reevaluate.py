@@ -24,10 +24,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from research.stats import difference_summary
 from verl_mas.local.config import CONFIG_FILE, read_config
 from verl_mas.local.evaluate import EvalConfig, evaluate
 from verl_mas.local.reporting import METRICS_FILE, read_metrics
+from verl_mas.stats import difference_summary
 
 SUCCESS = "eval_sampled/success"
 FIRST_PROGRAM = "eval_sampled/coder/turn0/team_reward"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from research.evaluations import each_text, first_to_last, read_rows, run_rows
-from research.stats import difference_summary, markdown_table, number, summary_text
+from verl_mas.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from research.default_run.default_run import curve_table, headline, minutes, time_table
-from research.stats import interval_text, number
+from verl_mas.stats import interval_text, number
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -46,7 +46,6 @@ import torch
 
 from research import harness
 from research.grouping import figures
-from research.stats import difference_summary, interval_text, markdown_table, mean_se_text
 from verl_mas.advantage import GROUPINGS
 from verl_mas.env import StepResult, register_env
 from verl_mas.local.callbacks import RunCallbacks
@@ -55,6 +54,7 @@ from verl_mas.local.reporting import METRICS_FILE, read_metrics
 from verl_mas.local.train import LocalRun, make_tasks, sample_advantages
 from verl_mas.overrides import parse_overrides
 from verl_mas.sample import Sample
+from verl_mas.stats import difference_summary, interval_text, markdown_table, mean_se_text
 from verl_mas_envs.puzzles.plan_path import PlanPathConfig, PlanPathEnv
 
 ENV = "plan_path_tool_cost"

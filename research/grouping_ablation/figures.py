@@ -8,8 +8,14 @@ import statistics
 from pathlib import Path
 
 from research.records import RUNS_FILE, RunCurves, read_runs
-from research.stats import difference_summary, markdown_table, summary_text
-from verl_mas.stats import holm_adjusted, paired_p_value, paired_summary
+from verl_mas.stats import (
+    difference_summary,
+    holm_adjusted,
+    markdown_table,
+    paired_p_value,
+    paired_summary,
+    summary_text,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 BASELINE = "task_role_turn"

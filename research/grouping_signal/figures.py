@@ -23,7 +23,7 @@ from research.grouping_signal.gradient_stats import (
     step_ratio,
 )
 from research.grouping_signal.settings import FINE, SETTINGS, SIGNAL_FILE
-from research.stats import markdown_table
+from verl_mas.stats import markdown_table
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from research.records import RUNS_FILE, RunCurves, read_runs, select
-from research.stats import difference_summary, markdown_table, number, summary_text
+from verl_mas.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
 METHOD_NAMES = {

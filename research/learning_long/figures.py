@@ -6,7 +6,7 @@ from pathlib import Path
 
 from research.learning.figures import GAIN_HEADER, METHOD_NAMES, gain_rows
 from research.records import RUNS_FILE, RunCurves, read_runs, select
-from research.stats import difference_summary, markdown_table, number, summary_text
+from verl_mas.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
 METHODS = ("at_grpo_shared", "single_grpo")

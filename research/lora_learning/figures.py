@@ -8,7 +8,6 @@ import json
 import math
 from pathlib import Path
 
-from research.stats import markdown_table, number, summary_text
 from research.verl_learning.figures import (
     TIME_HEADER,
     change,
@@ -19,6 +18,7 @@ from research.verl_learning.figures import (
     verl_minus_local,
 )
 from verl_mas.local.config import LoraSpec
+from verl_mas.stats import markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
 ROUTER = "lora_per_role"

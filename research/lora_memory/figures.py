@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from research.stats import markdown_table
+from verl_mas.stats import markdown_table
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 KINDS = ("actor workers", "servers")

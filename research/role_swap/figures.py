@@ -7,7 +7,7 @@ import functools
 import json
 from pathlib import Path
 
-from research.stats import difference_summary, markdown_table, number, summary_text
+from verl_mas.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
 RESULT_FILE = "role_swap.json"  # written by research.role_swap into its output folder

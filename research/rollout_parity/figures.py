@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from research.learning.figures import mean
-from research.stats import difference_summary, markdown_table, number, summary_text
+from verl_mas.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from research.smollm2_regime.regime import ARMS, LOW_TEMPERATURE
-from research.stats import markdown_table, number
+from verl_mas.stats import markdown_table, number
 
 DATA = Path(__file__).resolve().parent / "data"
 RUNS_FILE = "runs.jsonl"

@@ -7,7 +7,7 @@ import json
 import statistics
 from pathlib import Path
 
-from research.stats import markdown_table
+from verl_mas.stats import markdown_table
 
 DATA = Path(__file__).resolve().parent / "data"
 RESULT_FILE = "real_model.json"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from research.learning.figures import METHOD_NAMES, mean
 from research.records import RUNS_FILE, RunCurves, read_runs, select
-from research.stats import difference_summary, markdown_table, number, summary_text
+from verl_mas.stats import difference_summary, markdown_table, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
 KL_ARMS = {"mas_no_rl": "no RL", "at_grpo_shared": "AT-GRPO", "at_grpo_shared_kl": "AT-GRPO + KL 0.3"}

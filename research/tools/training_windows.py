@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from research.sokoban_sudoku.replies import WINDOW_KEYS, training_windows
-from research.stats import difference_summary, summary_text
 from verl_mas.local.reporting import read_metrics
+from verl_mas.stats import difference_summary, summary_text
 
 
 def mean_se(values: Sequence[float]) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def label_windows(
     folders: Sequence[Path], width: int, keys: Sequence[str] = WINDOW_KEYS
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Per window: the steps it spans, and per key the mean over runs, its standard error and the number of runs;
-    and per key the last window minus the first, paired per run (`research.stats.difference_summary`)."""
+    and per key the last window minus the first, paired per run (`verl_mas.stats.difference_summary`)."""
     per_run = [windows for folder in folders if (windows := training_windows(read_metrics(folder), width, keys))]
     shortest = min((len(windows) for windows in per_run), default=0)  # a run with no training step yet has none
     table = []

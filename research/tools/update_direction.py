@@ -29,7 +29,6 @@ from typing import Any
 
 import torch
 
-from research.stats import mean_se_text, number
 from research.tools.probe import check_rates, probe_parser, write_results
 from verl_mas.env import Task
 from verl_mas.local.config import read_config
@@ -37,6 +36,7 @@ from verl_mas.local.generator import BatchingGenerator
 from verl_mas.local.train import LocalRun, make_tasks, sample_advantages
 from verl_mas.rollout import RolloutConfig, rollout_tasks
 from verl_mas.sample import Sample, VerlBatchTensors, samples_to_tensors, trainable
+from verl_mas.stats import mean_se_text, number
 
 MODULE = "research.tools.update_direction"
 RESAMPLE_SEED = 12345  # the first-turn draws' stream: one for every model compared, so that only the model differs

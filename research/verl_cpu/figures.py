@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from research.stats import markdown_table, number
+from verl_mas.stats import markdown_table, number
 
 DATA = Path(__file__).resolve().parent / "data"
 TIMES = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from research.stats import difference_summary, markdown_table, mean_se_text, number, summary_text
+from verl_mas.stats import difference_summary, markdown_table, mean_se_text, number, summary_text
 
 DATA = Path(__file__).resolve().parent / "data"
 ROUTERS = ("shared", "per_role")  # L2 (lora_per_role): research/lora_learning

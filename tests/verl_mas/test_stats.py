@@ -6,12 +6,14 @@ import pytest
 
 from verl_mas.stats import (
     PairedSummary,
+    difference_summary,
     holm_adjusted,
     interval_text,
     markdown_table,
     number,
     paired_p_value,
     paired_summary,
+    summary_text,
     t_quantile_95,
     t_two_sided_p,
 )
@@ -104,3 +106,14 @@ def test_holm_adjustment_by_hand():
     assert holm_adjusted([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
     assert holm_adjusted([0.5, 0.9]) == pytest.approx([1.0, 1.0])
     assert holm_adjusted([]) == []
+
+
+def test_a_difference_summary_of_one_seed_has_no_interval():
+    assert difference_summary([0.25]) == {"n": 1, "per_seed": [0.25], "mean": 0.25, "se": None, "ci95": None}
+
+
+def test_summary_text_shows_what_a_difference_summary_has():
+    assert summary_text(difference_summary([0.25, -0.5])).startswith("-0.125 (0.375) [-4.89")
+    assert summary_text(difference_summary([0.5, 0.5])) == "+0.500 (0.000) [+0.500, +0.500]"
+    assert summary_text(difference_summary([0.2])) == "+0.200"  # one value: no spread
+    assert summary_text(difference_summary([])) == "-"
