@@ -1,5 +1,5 @@
 """Per-policy resources of the AT-GRPO trainer: worker groups, LLM servers named after their policy (and the worker
-that finds its own), and the copy of verl's config each policy runs with."""
+that finds its own), the copy of verl's config each policy runs with, and each policy's runtime built from them."""
 
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ from verl.single_controller.ray import (
     RayWorkerGroup,
     create_colocated_worker_cls,
 )
+from verl.trainer.ppo.utils import Role, need_reference_policy
+from verl.utils.config import omega_conf_to_dataclass
 from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.rollout.llm_server import LLMServerManager
 from verl.workers.rollout.replica import get_rollout_replica_class
 
-from verl_mas.verl_engine.config import PolicyConfig
+from verl_mas.verl_engine.config import MasConfigError, PolicyConfig
 from verl_mas.verl_engine.timeline import append_records
 
 MAS_POLICY_KEY = "mas_policy"  # in actor_rollout_ref.rollout.custom (verl's free-form slot): the worker's policy
@@ -251,3 +253,54 @@ class PolicyRuntime:
     ref_in_actor: bool
     llm_server_manager: LLMServerManager
     checkpoint_manager: CheckpointEngineManager
+
+
+def ref_in_actor(policy_config: DictConfig) -> bool:
+    """Whether verl runs the policy's reference in its actor: a LoRA policy's reference is its base, adapter off."""
+    model = policy_config.actor_rollout_ref.model
+    return model.get("lora_rank", 0) > 0 or model.get("lora_adapter_path") is not None
+
+
+def actor_role(policy_config: DictConfig) -> Role:
+    """The role of the policy's worker group: with the reference model in it, unless verl runs it in the actor."""
+    with_reference = need_reference_policy(policy_config) and not ref_in_actor(policy_config)
+    return Role.ActorRolloutRef if with_reference else Role.ActorRollout
+
+
+def check_shared_tokenizer(policy: str, policy_config: DictConfig, tokenizer: Any) -> None:
+    """The agent loop tokenizes every role's prompt with verl's one `tokenizer`: each policy must share it.
+
+    Raises:
+        MasConfigError: naming the policy's model path, whose tokenizer or chat template differs.
+    """
+    model = policy_config.actor_rollout_ref.model
+    own = omega_conf_to_dataclass(model).tokenizer
+    if own.get_vocab() != tokenizer.get_vocab() or own.chat_template != tokenizer.chat_template:
+        raise MasConfigError(
+            f"mas.policies.{policy}.model_path={model.path!r}: its tokenizer differs from "
+            f"actor_rollout_ref.model.path's; every policy must share one tokenizer and chat template"
+        )
+
+
+def build_policy_runtime(
+    policy: str, policy_config: DictConfig, group: RayWorkerGroup, pool: RayResourcePool
+) -> PolicyRuntime:
+    """The runtime of `policy` on its worker group (initialised): its servers, named after it, and its checkpoint
+    engine over them."""
+    servers = PolicyLLMServerManager.create(
+        config=policy_config, policy=policy, worker_group=group, rollout_resource_pool=pool
+    )
+    engine_config = omega_conf_to_dataclass(policy_config.actor_rollout_ref.rollout.checkpoint_engine)
+    engine_config.backend = "naive"  # as verl's trainer: hybrid replicas share the actor's process
+    # (and the trainer's weight sync relies on it: the naive sync is one non-blocking worker call, split by run_phase)
+    return PolicyRuntime(
+        config=policy_config,
+        tokenizer=omega_conf_to_dataclass(policy_config.actor_rollout_ref.model).tokenizer,
+        actor_rollout_wg=group,
+        ref_policy_wg=group if need_reference_policy(policy_config) else None,
+        ref_in_actor=ref_in_actor(policy_config),
+        llm_server_manager=servers,
+        checkpoint_manager=CheckpointEngineManager(
+            config=engine_config, actor_wg=group, replicas=servers.get_replicas()
+        ),
+    )

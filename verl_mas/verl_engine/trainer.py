@@ -8,30 +8,17 @@ import os
 from collections.abc import Callable, Iterator
 
 import ray
-import torch
 import transfer_queue as tq
 from omegaconf import DictConfig, open_dict
-from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
-from verl.checkpoint_engine import CheckpointEngineManager
 from verl.experimental.reward_loop import RewardLoopManager
-from verl.protocol import DataProto
-from verl.single_controller.ray import (
-    RayClassWithInitArgs,
-    RayResourcePool,
-    RayWorkerGroup,
-    ResourcePoolManager,
-)
-from verl.trainer.ppo.ray_trainer import apply_kl_penalty
-from verl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_add_to_batch
-from verl.trainer.ppo.utils import Role, need_reference_policy
+from verl.single_controller.ray import RayClassWithInitArgs, ResourcePoolManager
+from verl.trainer.ppo.utils import Role
 from verl.trainer.ppo.v1 import PPOTrainerSync
-from verl.utils.config import omega_conf_to_dataclass
 from verl.utils.debug import marked_timer
 from verl.utils.ray_utils import auto_await
-from verl.workers.utils.padding import response_to_nested
 
-from verl_mas.group_health import GroupHealthWarnings, coarser_metrics
+from verl_mas.group_health import GroupHealthWarnings
 from verl_mas.router import PolicyRouter
 from verl_mas.verl_engine.adapters import (
     ADAPTER_GROUP,
@@ -39,29 +26,20 @@ from verl_mas.verl_engine.adapters import (
     adapter_pool_manager,
     adapter_trainer_config,
 )
-from verl_mas.verl_engine.batch import (
-    SampleTags,
-    at_grpo_advantages,
-    batch_tags,
-    infra_failures,
-    prompt_codes_of,
-    reward_scores,
-    sample_metrics,
-    split_by_policy,
-    step_coarser_health,
-    step_group_health,
-)
-from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported, mas_config_of
-from verl_mas.verl_engine.guard import check_on_policy, gap_metrics, logprob_gaps
+from verl_mas.verl_engine.advantage_step import compute_advantage_step
+from verl_mas.verl_engine.batch import batch_tags, split_by_policy
+from verl_mas.verl_engine.config import MasConfig, check_supported, mas_config_of
 from verl_mas.verl_engine.hooks import TrainerHook, load_trainer_hooks
 from verl_mas.verl_engine.phases import PolicySpan, SplitWorkerGroup, prime_dispatch_layout, run_phase
 from verl_mas.verl_engine.placement import policy_pool_manager
 from verl_mas.verl_engine.policies import (
     PolicyActorRolloutRefWorker,
-    PolicyLLMServerManager,
     PolicyRuntime,
+    actor_role,
     apply_policy_model,
+    build_policy_runtime,
     build_policy_worker_groups,
+    check_shared_tokenizer,
     policy_pool_name,
     policy_trainer_config,
 )
@@ -79,8 +57,8 @@ def run_pool_manager(config: DictConfig, mas: MasConfig) -> ResourcePoolManager:
 class AtGrpoTrainer(PPOTrainerSync):
     """verl's V1 sync trainer, with
 
-    - an advantage step that restores each row's own mixed reward (verl's list postprocess copies the last
-      output's reward over the others) and groups by (task uid, role, turn) with `at_grpo`;
+    - an advantage step (`advantage_step`) that restores each row's own mixed reward (verl's list postprocess copies
+      the last output's reward over the others) and groups by (task uid, role, turn) with `at_grpo`;
     - one actor-rollout worker group, server manager (replica actor names carry the policy), checkpoint manager,
       tokenizer and resource pool per policy; rows split by their `policy` tag for log-probs and updates and
       merged back for the advantage step; weight sync, checkpoints and resume per policy;
@@ -165,8 +143,8 @@ class AtGrpoTrainer(PPOTrainerSync):
         self.resource_pool_manager.create_resource_pool()
         pools = {p: self.resource_pool_manager.resource_pool_dict[policy_pool_name(p)] for p in gpus}
         for policy, policy_config in configs.items():
-            self._check_tokenizer(policy, policy_config)
-        roles = {p: self._actor_role(c) for p, c in configs.items()}
+            check_shared_tokenizer(policy, policy_config, self.tokenizer)
+        roles = {p: actor_role(c) for p, c in configs.items()}
 
         def worker_class_of(policy: str) -> tuple[str, RayClassWithInitArgs]:
             return str(roles[policy]), RayClassWithInitArgs(
@@ -180,7 +158,7 @@ class AtGrpoTrainer(PPOTrainerSync):
         for name, group in groups.items():
             group.init_model()
             prime_dispatch_layout(group, ["actor", "ref"] if roles[name] == Role.ActorRolloutRef else ["actor"])
-            runtimes[name] = self._policy_runtime(name, configs[name], group, pools[name])
+            runtimes[name] = build_policy_runtime(name, configs[name], group, pools[name])
         self.policies = {p: runtimes[ADAPTER_GROUP if self.lora_per_role else p] for p in self.router.policies}
         rm_pool = self.resource_pool_manager.resource_pool_dict.get("reward_pool")
         self.reward_loop_manager = RewardLoopManager(config=self.config, rm_resource_pool=rm_pool)
@@ -189,47 +167,6 @@ class AtGrpoTrainer(PPOTrainerSync):
         for policy in self._one_per_group():
             self.policies[policy].checkpoint_manager.sleep_replicas()
         self._load_checkpoint()
-
-    def _actor_role(self, policy_config: DictConfig) -> Role:
-        model = policy_config.actor_rollout_ref.model
-        ref_in_actor = model.get("lora_rank", 0) > 0 or model.get("lora_adapter_path") is not None
-        return Role.ActorRolloutRef if need_reference_policy(policy_config) and not ref_in_actor else Role.ActorRollout
-
-    def _policy_runtime(
-        self, policy: str, policy_config: DictConfig, group: RayWorkerGroup, pool: RayResourcePool
-    ) -> PolicyRuntime:
-        model = policy_config.actor_rollout_ref.model
-        ref_in_actor = model.get("lora_rank", 0) > 0 or model.get("lora_adapter_path") is not None
-        servers = PolicyLLMServerManager.create(
-            config=policy_config, policy=policy, worker_group=group, rollout_resource_pool=pool
-        )
-        engine_config = omega_conf_to_dataclass(policy_config.actor_rollout_ref.rollout.checkpoint_engine)
-        engine_config.backend = "naive"  # as verl's trainer: hybrid replicas share the actor's process
-        # (and _sync_weights relies on it: the naive sync is one non-blocking worker call, split by run_phase)
-        return PolicyRuntime(
-            config=policy_config,
-            tokenizer=omega_conf_to_dataclass(model).tokenizer,
-            actor_rollout_wg=group,
-            ref_policy_wg=group if need_reference_policy(policy_config) else None,
-            ref_in_actor=ref_in_actor,
-            llm_server_manager=servers,
-            checkpoint_manager=CheckpointEngineManager(
-                config=engine_config, actor_wg=group, replicas=servers.get_replicas()
-            ),
-        )
-
-    def _check_tokenizer(self, policy: str, policy_config: DictConfig) -> None:
-        """The agent loop tokenizes every role's prompt with verl's one tokenizer: each policy must share it."""
-        model = policy_config.actor_rollout_ref.model
-        tokenizer = omega_conf_to_dataclass(model).tokenizer
-        if (
-            tokenizer.get_vocab() != self.tokenizer.get_vocab()
-            or tokenizer.chat_template != self.tokenizer.chat_template
-        ):
-            raise MasConfigError(
-                f"mas.policies.{policy}.model_path={model.path!r}: its tokenizer differs from "
-                f"actor_rollout_ref.model.path's; every policy must share one tokenizer and chat template"
-            )
 
     @contextlib.contextmanager
     def _acting_as(self, policy: str, group: SplitWorkerGroup | None = None) -> Iterator[None]:
@@ -482,78 +419,15 @@ class AtGrpoTrainer(PPOTrainerSync):
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
         return list(batch_tags(data["extra_fields"], batch.tags).policy)
 
-    def _check_on_policy(self, tags: SampleTags, proto: DataProto, metrics: dict) -> None:
-        """The on-policy guard (`mas.max_logprob_gap`): each role's sampler log-probs against its policy's recompute,
-        logged as mas/<role>/logprob_gap; a role past the bound stops the run (`guard.OffPolicyRollout`)."""
-        bound = self.mas.max_logprob_gap
-        if "rollout_log_probs" not in proto.batch or "old_log_probs" not in proto.batch:
-            if bound is None:
-                return
-            raise MasConfigError(
-                "mas.max_logprob_gap: the step has no rollout_log_probs or old_log_probs to compare, so the on-policy "
-                "guard cannot run; set mas.max_logprob_gap=null to run without it"
-            )
-        gaps = logprob_gaps(
-            tags, proto.batch["rollout_log_probs"], proto.batch["old_log_probs"], proto.batch["response_mask"]
-        )
-        metrics.update(gap_metrics(gaps))
-        check_on_policy(gaps, bound, adapters=self.lora_per_role)
-
     def _compute_advantage(self, batch: KVBatchMeta, metrics: dict) -> KVBatchMeta:
-        """Restore each row's mixed reward as its score, then at_grpo advantages grouped by (task, role, turn), and the
-        health of those groups."""
-        fields = ["response_mask", "extra_fields", "rollout_log_probs", "old_log_probs", "ref_log_prob", "prompts"]
-        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
-        nested_mask = data["response_mask"]
-        tags = batch_tags(data.pop("extra_fields"), batch.tags)
-        prompt_codes = prompt_codes_of(data.pop("prompts"))
-        metrics.update(infra_failures(tags, self.mas.max_infra_failure_share))  # stops the run past the share
-        proto = DataProto(batch=data.to_padded_tensor())
-        response_mask = proto.batch["response_mask"]
-        self._check_on_policy(tags, proto, metrics)
-        scores = reward_scores(tags, nested_mask.offsets().diff(), response_mask.shape[1])
-        proto.batch["token_level_scores"] = scores
-        if self.config.algorithm.use_kl_in_reward:
-            proto, kl_metrics = apply_kl_penalty(
-                proto, kl_ctrl=self.kl_ctrl_in_reward, kl_penalty=self.config.algorithm.kl_penalty
-            )
-            metrics.update(kl_metrics)
-        else:
-            proto.batch["token_level_rewards"] = scores
-        correction = self.config.algorithm.get("rollout_correction", None)
-        corrected = (
-            correction is not None and "rollout_log_probs" in proto.batch and not correction.get("bypass_mode", False)
+        """Each row's own mixed reward, then at_grpo advantages grouped by `mas.grouping`, and the health of those
+        groups (`advantage_step.compute_advantage_step`)."""
+        return compute_advantage_step(
+            batch,
+            metrics,
+            algorithm=self.config.algorithm,
+            mas=self.mas,
+            kl_ctrl=self.kl_ctrl_in_reward if self.config.algorithm.use_kl_in_reward else None,
+            warnings=self.group_health_warnings,
+            step=self.global_steps,
         )
-        if corrected:
-            proto, correction_metrics = compute_rollout_correction_and_add_to_batch(proto, correction)
-            metrics.update(correction_metrics)
-        advantages = at_grpo_advantages(
-            proto.batch["token_level_rewards"],
-            proto.batch["response_mask"],
-            tags,
-            self.mas.grouping,
-            self.config.algorithm,
-        )
-        out = {"rm_scores": scores, "token_level_rewards": proto.batch["token_level_rewards"]}
-        out["advantages"] = out["returns"] = advantages
-        if corrected:
-            out["response_mask"] = proto.batch["response_mask"]
-            if "rollout_is_weights" in proto.batch:
-                out["rollout_is_weights"] = proto.batch["rollout_is_weights"]
-        if tags.infra_failure.any():  # as verl's padding rows: no token in the loss, its token count, entropy or KL
-            out["response_mask"] = proto.batch["response_mask"].clone()
-            out["response_mask"][torch.from_numpy(tags.infra_failure)] = 0
-        nested = TensorDict({k: response_to_nested(v, nested_mask) for k, v in out.items()}, batch_size=len(batch))
-        metrics.update(sample_metrics(tags, self.mas.grouping))
-        health = step_group_health(
-            tags, out["token_level_rewards"], advantages, proto.batch["response_mask"], prompt_codes, self.mas.grouping
-        )
-        if health is not None:
-            metrics.update(health.metrics())
-            self.group_health_warnings.check(health, step=self.global_steps)
-        norm_adv_by_std = bool(self.config.algorithm.get("norm_adv_by_std_in_grpo", True))
-        coarser = step_coarser_health(
-            tags, out["token_level_rewards"], prompt_codes, self.mas.grouping, norm_adv_by_std
-        )
-        metrics.update(coarser_metrics(coarser))
-        return tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=nested)
