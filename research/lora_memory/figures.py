@@ -1,6 +1,6 @@
 """The LoRA-per-role memory and step-time figures (research/lora_memory/README.md and the results table), from the
-records `benchmarks/bench_lora_memory.py` writes: benchmarks/results/lora_memory.json (peak memory per process kind
-of L2 and L3 launches) and lora_step_time.json (L2 against `shared`, alternating launches)."""
+records `lora_memory.py` writes: data/lora_memory.json (peak memory per process kind of L2 and L3 launches) and
+data/lora_step_time.json (L2 against `shared`, alternating launches)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from pathlib import Path
 
 from verl_mas.stats import markdown_table
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+DATA = Path(__file__).resolve().parent / "data"
 KINDS = ("actor workers", "servers")
 ARMS = {"lora_per_role": "L2, one base and an adapter per role", "per_role_lora": "L3, one LoRA policy per role"}
 
 
 def load(name: str) -> dict:
-    return json.loads((RESULTS / name).read_text())
+    return json.loads((DATA / name).read_text())
 
 
 def ratio(launches: list[dict], roles: int, kind: str, measure: str = "peak_pss_mib") -> float:

@@ -1,4 +1,4 @@
-"""A three-role environment for the benchmarks, plugged in as a user's own would be: Plan-Path with a review agent.
+"""A three-role environment for the lora_memory study, plugged in as a user's own would be: Plan-Path with a reviewer.
 
 Each turn the tool agent proposes moves, the review agent says whether committing them would pay (`Verdict: yes` or
 `Verdict: no`), and the plan agent commits its own moves, as in Plan-Path; the options are Plan-Path's. The review
@@ -7,7 +7,7 @@ scores a proposal by what committing it would get). Its local reward is 1 when r
 verdict can be read; the team reward is the board's, as the tool's step left it.
 
 No built-in environment has three roles; the verl engine finds this one in every process through the
-`verl_mas.envs` entry point (see `bench_lora_memory.py`, which installs it for its launches).
+`verl_mas.envs` entry point (see `lora_memory.py`, which installs it for its launches).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""The benchmarks' three-role environment (`benchmarks/three_role_env.py`) keeps every rule the rollout relies on,
-and its review agent is scored against the tool's proposal."""
+"""The lora_memory study's three-role environment (`research/lora_memory/three_role_env.py`) keeps every rule the
+rollout relies on, and its review agent is scored against the tool's proposal."""
 
 from __future__ import annotations
 
 import pytest
 
-from benchmarks.three_role_env import ROLES, UNREADABLE_REWARD, ReviewedPlanPath
+from research.lora_memory.three_role_env import ROLES, UNREADABLE_REWARD, ReviewedPlanPath
 from verl_mas.env import Task, check_env
 
 OPTIONS = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True}

@@ -1,4 +1,4 @@
-"""Benchmark: the memory of one base model with one LoRA adapter per role (L2, `mas.lora_per_role`: one actor worker
+"""Study: the memory of one base model with one LoRA adapter per role (L2, `mas.lora_per_role`: one actor worker
 group, one vLLM server) against one LoRA policy per role (L3, `per_role` with `mas.policies.<p>.lora_rank`: a worker
 group and a server per role), at two and three roles, on verl's real stack on CPU; and the step time of L2 against
 one LoRA adapter shared by every role (`shared`).
@@ -13,11 +13,14 @@ workers (Ray's `WorkerDict` actors) and the servers (the vLLM server actor, its 
 peak of each sum is the figure. On the CPU stack the model is tiny, so the figures are mostly the processes
 themselves (a Python interpreter with torch per process); they count processes and copies, not a GPU's weights.
 
-    python benchmarks/bench_lora_memory.py memory [--roles 2 --roles 3]   # -> results/lora_memory.json
-    python benchmarks/bench_lora_memory.py timing [--pairs 3]             # -> results/lora_step_time.json
+    python -m research.lora_memory memory [--roles 2 --roles 3]   # -> data/lora_memory.json
+    python -m research.lora_memory timing [--pairs 3]             # -> data/lora_step_time.json
+
+The records of 2026-11-28 were written when this script was `benchmarks/bench_lora_memory.py` (the same measuring
+code, since moved here beside its page and data); their `command` fields keep that path.
 
 When other verl-mas launches share the machine, run it with a /tmp of its own (as root):
-`unshare -m sh -c 'mount -t tmpfs none /tmp && python benchmarks/bench_lora_memory.py ...'`. verl's weight-sync
+`unshare -m sh -c 'mount -t tmpfs none /tmp && python -m research.lora_memory ...'`. verl's weight-sync
 socket is /tmp/rl-colocate-zmq-<Ray job id>-mas_<policy>-replica-<r>-rank-<l>.sock, and every fresh Ray cluster's
 first job id is 01000000: two launches with a policy of the same name at once meet on one path, and the weight sync
 hangs (seen on 2026-11-28 beside another `lora_per_role` run: both bound ...-mas_adapters-...).
@@ -42,21 +45,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import shutil
 import statistics
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
-from bench_record import write_record
-from three_role_env import NAME as THREE_ROLE_ENV
-from three_role_env import ROLES as THREE_ROLES
-
+from research.lora_memory.three_role_env import NAME as THREE_ROLE_ENV
+from research.lora_memory.three_role_env import ROLES as THREE_ROLES
 from verl_mas.cpu_run import prepare_tiny_stack, run_on_cpu, tiny_stack_overrides
 from verl_mas.dataset import write_dataset
 
-WORK = Path(__file__).resolve().parents[1] / "runs" / "lora_memory"  # model, data, logs (not kept)
+WORK = Path(__file__).resolve().parents[2] / "runs" / "lora_memory"  # model, data, logs (not kept)
+DATA = Path(__file__).resolve().parent / "data"  # the records the page reads
 ENV_MODULE = Path(__file__).with_name("three_role_env.py")
 OPTIONS = {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact", "max_turns": 3, "brief_prompts": True}
 ROLES = {2: ("tool", "plan"), 3: THREE_ROLES}
@@ -254,22 +258,34 @@ def timing_figures(launches: list[dict]) -> dict:
 
 def kept_launches(rerun: set[tuple[int, str]]) -> list[dict]:
     """The memory record's launches of the (roles, arm) pairs not run again: the record holds the latest of each."""
-    path = Path(__file__).parent / "results" / "lora_memory.json"
+    path = DATA / "lora_memory.json"
     if not path.exists():
         return []
     return [run for run in json.loads(path.read_text())["launches"] if (run["roles"], run["arm"]) not in rerun]
 
 
 def command() -> str:
-    return "python benchmarks/bench_lora_memory.py " + " ".join(sys.argv[1:])
+    return "python -m research.lora_memory " + " ".join(sys.argv[1:])
 
 
-def record(name: str, figures: dict, complete: bool) -> None:
-    write_record(name, {"date": time.strftime("%Y-%m-%d"), "command": command(), "complete": complete, **figures})
+def record(name: str, figures: dict[str, Any], complete: bool) -> Path:
+    """Write data/NAME.json: the figures beside the machine they were measured on."""
+    machine = {
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+    }
+    out = DATA / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    header = {"date": time.strftime("%Y-%m-%d"), "command": command(), "complete": complete}
+    out.write_text(json.dumps(header | figures | machine, indent=2) + "\n")
+    print(f"wrote {out}")
+    return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m research.lora_memory", description=__doc__.split("\n\n")[0])
     parser.add_argument("what", choices=("memory", "timing"))
     parser.add_argument("--roles", type=int, action="append", choices=sorted(ROLES), help="memory: roles (repeatable)")
     parser.add_argument("--arm", action="append", choices=(L2, L3), help="memory: only these arms (repeatable)")
