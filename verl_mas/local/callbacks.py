@@ -14,6 +14,9 @@ instead of replacing the engine's functions. The events of a run, in order:
 `rollout` and `step_end` may return metrics to add to the row: a key the row already holds is an error, so a
 callback never overwrites what the engine measured. A run without callbacks computes and writes exactly what it did
 before they existed.
+
+The verl engine's extension point is another: `verl_mas.verl_engine.hooks.TrainerHook`. Its events are verl's
+per-policy phases (log-probs, update) on TransferQueue rows, in the trainer's Ray process, and it adds no metrics.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ if TYPE_CHECKING:
 
 
 class RunCallbacks:
-    """A local run's event handlers; each does nothing unless overridden (see the module's docstring)."""
+    """A local run's event handlers, called in the run's own process; each does nothing unless overridden (see the
+    module's docstring)."""
 
     def started(self, run: LocalRun, step: int) -> None:
         """The run starts (or resumes) at training step `step`."""
