@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from doc_commands import DocCommand, check_pip, doc_session, extract, failures
+from doc_commands import DocCommand, check_pip, doc_session, extract, failures, shown_files
 
 from verl_mas import doctor
 
@@ -53,7 +53,7 @@ def stand_ins(folder: Path) -> dict[str, str]:
 
 
 def run_doc(doc: Path, tmp_path: Path) -> list[str]:
-    with doc_session(REPO, tmp_path, stand_ins(tmp_path / "public_sets")) as session:
+    with doc_session(REPO, tmp_path, stand_ins(tmp_path / "public_sets"), shown_files(doc)) as session:
         return failures(extract(doc, REPO), session)
 
 

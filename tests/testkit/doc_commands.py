@@ -48,6 +48,7 @@ CONFIG_OVERRIDE = re.compile(r"^(\+{1,2}|~)?[A-Za-z_][\w-]*(\.[\w-]+)+=(?!=)|^\+
 PLACEHOLDER_WORD = re.compile(r"^[A-Z][A-Z_]*$")  # LEVEL, NAME: a usage line's argument, not a value
 INLINE_CODE = re.compile(r"`([^`]+)`")
 FENCE = re.compile(r"^\s*```")
+SHOWN_FILE = re.compile(r"^# (\w[\w.-]*\.(?:yaml|yml|py))$")  # a code block's first line naming the file it shows
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$@" > "$RECORD_DIR/$(basename "$0")"\n'
 
 
@@ -446,14 +447,29 @@ def check_train_keys(command: str, overrides: list[str]) -> None:
     resolve_train_config(parsed, other_keys=eval_keys)
 
 
+def shown_files(path: Path) -> dict[str, str]:
+    """The files a Markdown doc shows whole: each fenced block whose first line is a comment naming a file
+    (`# my_run.yaml`), by that name, so that the doc's commands that read it find it."""
+    found: dict[str, str] = {}
+    for block in re.findall(r"^```\w*\n(.*?)^```", path.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL):
+        named = SHOWN_FILE.match(block.splitlines()[0]) if block.strip() else None
+        if named is not None:
+            found[named.group(1)] = block
+    return found
+
+
 @contextlib.contextmanager
-def doc_session(repo: Path, root: Path, stand_ins: Mapping[str, str]) -> Iterator[DocSession]:
-    """A session under `root` (a fresh folder): a checkout folder with the repository's recipes linked in, and a
-    home; the working directory and $HOME are set to them for the session."""
+def doc_session(
+    repo: Path, root: Path, stand_ins: Mapping[str, str], files: Mapping[str, str] | None = None
+) -> Iterator[DocSession]:
+    """A session under `root` (a fresh folder): a checkout folder with the repository's recipes linked in and
+    `files` (name -> text) written, and a home; the working directory and $HOME are set to them for the session."""
     checkout, home = root / "checkout", root / "home"
     checkout.mkdir()
     home.mkdir()
     (checkout / "recipes").symlink_to(repo / "recipes")
+    for name, text in (files or {}).items():
+        (checkout / name).write_text(text, encoding="utf-8")
     previous = Path.cwd(), os.environ.get("HOME")
     os.chdir(checkout)
     os.environ["HOME"] = str(home)
