@@ -25,7 +25,7 @@ socket is /tmp/rl-colocate-zmq-<Ray job id>-mas_<policy>-replica-<r>-rank-<l>.so
 first job id is 01000000: two launches with a policy of the same name at once meet on one path, and the weight sync
 hangs (seen on 2026-11-28 beside another `lora_per_role` run: both bound ...-mas_adapters-...).
 
-Design, fixed before the first run (2026-11-28):
+Design (2026-11-28; the two-role prediction was written after a two-role reading of 0.54, see the page):
 - memory: arms L2 and L3 at 2 roles, then at 3 roles, one launch each, 3 training steps of 4 tasks x K = 4.
   Endpoint: peak PSS per kind and the ratio L2 / L3 (peak USS beside it). Prediction: about 1 / roles for both
   kinds (one process set against one per role; three adapters add nothing visible on a tiny model): 0.5 at two
