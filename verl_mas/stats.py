@@ -57,6 +57,13 @@ def paired_summary(differences: Sequence[float]) -> PairedSummary:
     return PairedSummary(values, mean, se, (mean - half, mean + half))
 
 
+def paired_by_seed(values: Mapping[int, float | None], baseline: Mapping[int, float | None]) -> PairedSummary:
+    """`paired_summary` of each seed's value minus the baseline's on that seed, over the seeds where both have one
+    (in the order of `values`)."""
+    pairs = [(value, baseline.get(seed)) for seed, value in values.items()]
+    return paired_summary([value - base for value, base in pairs if value is not None and base is not None])
+
+
 def difference_summary(differences: Sequence[float]) -> dict[str, Any]:
     """`paired_summary` in its JSON form (n, per_seed, mean, se, ci95): what a study's data keep."""
     return paired_summary(differences).as_dict()

@@ -44,10 +44,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from research import harness
+from research import harness, methods
 from research.grouping import figures
 from verl_mas.advantage import GROUPINGS
 from verl_mas.env import StepResult, register_env
+from verl_mas.local.arms import WARM_START_KEY_FILE
 from verl_mas.local.callbacks import RunCallbacks
 from verl_mas.local.presets import apply_train_overrides
 from verl_mas.local.reporting import METRICS_FILE, read_metrics
@@ -60,7 +61,7 @@ from verl_mas_envs.puzzles.plan_path import PlanPathConfig, PlanPathEnv
 ENV = "plan_path_tool_cost"
 DEFAULT_OUT = harness.REPO / "runs" / "grouping"
 # the harness's Plan-Path board settings, and the tool agent's cost per proposal
-REGIME = {**harness.ENV_OPTIONS["plan_path"], "tool_cost": 2.0}
+REGIME = {**methods.ENV_OPTIONS["plan_path"], "tool_cost": 2.0}
 # The arms, as the harness names them; the first is the baseline of the paired differences.
 ARMS = {
     "at_grpo_shared": "task_role_turn",
@@ -175,7 +176,7 @@ def diagnose(config, warm_path: str, tasks: int, log) -> dict[str, Any]:
 def shared_warm_start(args: argparse.Namespace, overrides: dict[str, Any]) -> Path:
     """The one warm start every seed's arms start from (`--warm-start shared`): trained with `--warm-seed`, or reused
     from OUT/warm_start_team when saved there with the same settings."""
-    config = dataclasses.replace(harness.env_config(ENV, ["default"], overrides, args.steps), seed=args.warm_seed)
+    config = dataclasses.replace(methods.env_config(ENV, ["default"], overrides, args.steps), seed=args.warm_seed)
     folder = args.out / "warm_start_team"
     if args.collect:
         return folder
@@ -188,13 +189,13 @@ def shared_warm_start(args: argparse.Namespace, overrides: dict[str, Any]) -> Pa
 def diagnostics(args: argparse.Namespace, overrides: dict[str, Any]) -> dict[int, dict[str, Any]]:
     """Each seed's diagnostic, computed from the warm start its arms started from (or read back when saved with the
     same warm start and settings)."""
-    config = harness.env_config(ENV, ["default"], overrides, args.steps)
+    config = methods.env_config(ENV, ["default"], overrides, args.steps)
     found = {}
     for seed in args.seeds:
         seed_config = dataclasses.replace(config, seed=seed)
         folder = args.out / ENV / f"seed{seed}"
         warm = Path(config.model.path) if config.model.path else folder / "warm_start_team"
-        key_file = warm / harness.WARM_START_KEY_FILE
+        key_file = warm / WARM_START_KEY_FILE
         key = {"warm_start": key_file.read_text() if key_file.is_file() else str(warm), "seed": seed, "k": config.k}
         path = folder / DIAGNOSTIC_FILE
         saved = json.loads(path.read_text()) if path.is_file() else None
@@ -393,7 +394,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     register_env(ENV)(PlanPathToolCost)
-    harness.ENV_OPTIONS[ENV] = REGIME  # the env's board options, as the harness holds every env's
+    methods.ENV_OPTIONS[ENV] = REGIME  # the env's board options, as the harness holds every env's
     overrides = [*DEFAULT_OVERRIDES, *args.overrides]
     args.out.mkdir(parents=True, exist_ok=True)
     if args.warm_start == "shared" and "path" not in parse_overrides(overrides).get("model", {}):

@@ -20,15 +20,9 @@ from safetensors.torch import load_file
 from research.grouping.grouping import ENV, REGIME, PlanPathToolCost
 from research.records import RUNS_FILE, RunCurves, read_runs, write_runs
 from verl_mas.env import register_env
-from verl_mas.local.ablate import (
-    GREEDY,
-    SAMPLED,
-    AblationPlan,
-    group_health_means,
-    is_finished,
-    plan_ablation,
-    prepare_warm_start,
-)
+from verl_mas.local.ablate import plan_ablation
+from verl_mas.local.ablate_report import group_health_means
+from verl_mas.local.arms import GREEDY, SAMPLED, ArmsPlan, is_finished
 from verl_mas.local.reporting import read_metrics
 from verl_mas.local.train import train
 
@@ -43,7 +37,7 @@ class WarmStartMismatch(RuntimeError):
     """The two levels' warm starts of one seed differ: the levels would not start from the same model."""
 
 
-def level_plan(tool_cost: float, seeds: tuple[int, ...], out: Path) -> AblationPlan:
+def level_plan(tool_cost: float, seeds: tuple[int, ...], out: Path) -> ArmsPlan:
     """`verl-mas ablate grouping` at one tool cost: the embedded default's settings, on the tool-cost env."""
     overrides: dict[str, Any] = {
         "env": ENV,
@@ -58,7 +52,7 @@ def level_plan(tool_cost: float, seeds: tuple[int, ...], out: Path) -> AblationP
     return plan_ablation("grouping", overrides)
 
 
-def warm_start_weights(plan: AblationPlan, seed: int) -> dict[str, torch.Tensor]:
+def warm_start_weights(plan: ArmsPlan, seed: int) -> dict[str, torch.Tensor]:
     folder = Path(plan.warm_start_path(seed))
     found: dict[str, torch.Tensor] = {}
     for file in sorted(folder.rglob("*.safetensors")):
@@ -66,7 +60,7 @@ def warm_start_weights(plan: AblationPlan, seed: int) -> dict[str, torch.Tensor]
     return found
 
 
-def check_same_warm_start(plans: list[AblationPlan], seed: int) -> None:
+def check_same_warm_start(plans: list[ArmsPlan], seed: int) -> None:
     """Every level's warm start of `seed` has the same weights, bit for bit."""
     first, *others = (warm_start_weights(plan, seed) for plan in plans)
     for other in others:
@@ -74,7 +68,7 @@ def check_same_warm_start(plans: list[AblationPlan], seed: int) -> None:
             raise WarmStartMismatch(f"seed {seed}: the levels' warm starts differ; the levels would not share a start")
 
 
-def arm_record(plan: AblationPlan, tool_cost: float, seed: int, arm: str, wall_s: float) -> RunCurves:
+def arm_record(plan: ArmsPlan, tool_cost: float, seed: int, arm: str, wall_s: float) -> RunCurves:
     history = read_metrics(Path(plan.arm_config(seed, arm).output_dir))
     readings = {
         mode: tuple((row["step"], row[key]) for row in history if key in row)
@@ -118,13 +112,13 @@ def main(argv: list[str] | None = None) -> None:
     args.data.mkdir(parents=True, exist_ok=True)
     done = recorded(args.data / RUNS_FILE)
     for seed in args.seeds:
-        if all((cost, arm, seed) in done for cost in LEVELS for arm in plans[0].ablation.arms):
+        if all((cost, arm, seed) in done for cost in LEVELS for arm in plans[0].arms):
             continue  # a later session need not rebuild the warm starts of a finished seed
         for plan in plans:
-            prepare_warm_start(plan, seed, lambda m, s=seed: print(f"[seed {s} warm start] {m}", flush=True))
+            plan.prepare_warm_start(seed, lambda m, s=seed: print(f"[seed {s} warm start] {m}", flush=True))
         check_same_warm_start(plans, seed)
         for cost, plan in zip(LEVELS, plans, strict=True):
-            for arm in plan.ablation.arms:
+            for arm in plan.arms:
                 config = plan.arm_config(seed, arm)
                 if (cost, arm, seed) in done or is_finished(config):
                     continue  # its record was added when it finished

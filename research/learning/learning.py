@@ -33,7 +33,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from research.harness import DEFAULT_METHODS, DEFAULT_OUT, ENV_OPTIONS, METHODS, Plan, parse_with_overrides, run_plan
+from research.harness import DEFAULT_OUT, Plan, parse_with_overrides, run_plan
+from research.methods import DEFAULT_METHODS, ENV_OPTIONS, METHODS
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -4,6 +4,7 @@ in a child interpreter)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -81,6 +82,12 @@ def test_the_report_names_versions_extras_plugin_layers_and_what_can_run(facts):
         ),
         ("gpu", {"cuda": {"available": False, "build": None, "devices": []}}, "no CUDA GPU is visible"),
         ("gpu", {"requirements": {"gpu": ["vllm==0.24.0 (not installed)"]}}, "the gpu extra's vllm==0.24.0"),
+        (
+            "gpu",
+            {"versions": {"flash-attn": None}},
+            "flash-attn is not installed: every run takes the padded path (sdpa, each micro-batch padded to its "
+            f"longest sample; docs/gpu.md#memory-per-gpu); after the gpu extra: {doctor.FLASH_ATTN_INSTALL}",
+        ),
         ("local", {"requirements": {"": ["verl==0.9.1 (installed 0.9.2)"]}}, "requirement verl==0.9.1 (installed"),
         (
             "local",
@@ -100,8 +107,9 @@ def test_a_missing_piece_fails_only_the_targets_that_need_it(facts):
     assert doctor.target_problems(no_vllm_cpu, "local") == []
     assert doctor.target_problems(no_vllm_cpu, "cpu") != []
     one_gpu = {"available": True, "build": "12.8", "devices": ["NVIDIA H100"]}
-    gpu_ready = with_(facts, cuda=one_gpu, requirements={"gpu": []})
+    gpu_ready = with_(facts, cuda=one_gpu, requirements={"gpu": []}, versions={"flash-attn": "2.8.3"})
     assert doctor.target_problems(gpu_ready, "gpu") == []
+    assert doctor.target_problems(with_(gpu_ready, versions={"flash-attn": None}), "local") == []
     text, status = doctor.report(with_(facts, plugin={"registered": {"at_grpo": False, "cpu": True}}))
     assert status == 1 and "FAILED: the core" in text  # without a target, the core still counts
 
@@ -177,3 +185,40 @@ def test_doctor_names_a_plugin_that_fails_to_import_in_a_fresh_process(tmp_path)
     assert f"  cpu platform          {says}" in done.stdout
     assert "  at_grpo estimator     registered" in done.stdout
     assert f"FAILED: target cpu needs what this machine lacks:\n  - {says}" in done.stdout
+
+
+def gpu_install_block() -> list[str]:
+    """The commands of docs/gpu.md's install block (the first code block of its Install section), comments cut."""
+    section = (REPO / "docs" / "gpu.md").read_text().split("\n## Install\n", 1)[1]
+    lines = section.split("\n    ", 1)[1].split("\n\n", 1)[0].splitlines()
+    commands = [re.sub(r"\s+# .*$", "", line.strip()) for line in lines]
+    return [command for command in commands if command and not command.startswith("#")]
+
+
+def test_the_doctors_gpu_install_is_the_documented_block(facts):
+    block = gpu_install_block()
+    assert block[-1] == "verl-mas doctor --target gpu" and len(block) == 4
+    assert doctor.FLASH_ATTN_INSTALL in block  # the pinned flash-attn line, word for word
+    assert doctor.INSTALL["gpu"].split(" && ") == block[:-1]
+    # the hint a GPU run without flash-attn shows, and the install line it ends with
+    gpu_ready = {"available": True, "build": "13.0", "devices": ["NVIDIA H100"]}
+    text, status = doctor.report(
+        with_(facts, cuda=gpu_ready, requirements={"gpu": []}, versions={"flash-attn": None}), "gpu"
+    )
+    assert status == 1 and f"after the gpu extra: {doctor.FLASH_ATTN_INSTALL}" in text
+    assert text.endswith(f"  install (in the verl-mas checkout): {' && '.join(block[:-1])}")
+    readme_gpu_line = [line for line in (REPO / "README.md").read_text().splitlines() if '".[gpu]"' in line][0]
+    assert "docs/gpu.md#install" in readme_gpu_line, readme_gpu_line
+
+
+def test_a_memory_plan_without_a_model_names_the_key_to_set():
+    # the recipes leave the model to the launcher (MODEL); verl's own default is a model the plan cannot size
+    lines, problems = doctor.memory_problems(SOKOBAN, (), 80, 1024)
+    (problem,) = problems
+    assert problem.startswith(f"memory plan of recipe {SOKOBAN}: ValueError: actor_rollout_ref.model.path=")
+    assert (
+        "set actor_rollout_ref.model.path to a local model folder or one of those, as a hydra override on the command "
+        "line (e.g. actor_rollout_ref.model.path=Qwen/Qwen3-8B)" in problem
+    )
+    lines, problems = doctor.memory_problems(SOKOBAN, ("actor_rollout_ref.model.path=Qwen/Qwen3-1.7B",), 80, 1024)
+    assert problems == [] and "memory plan per GPU of 80.0 GiB" in "\n".join(lines)

@@ -11,6 +11,7 @@ from verl_mas.stats import (
     interval_text,
     markdown_table,
     number,
+    paired_by_seed,
     paired_p_value,
     paired_summary,
     summary_text,
@@ -117,3 +118,13 @@ def test_summary_text_shows_what_a_difference_summary_has():
     assert summary_text(difference_summary([0.5, 0.5])) == "+0.500 (0.000) [+0.500, +0.500]"
     assert summary_text(difference_summary([0.2])) == "+0.200"  # one value: no spread
     assert summary_text(difference_summary([])) == "-"
+
+
+def test_paired_by_seed_pairs_only_the_seeds_where_both_have_a_value():
+    # seed 3 lacks a baseline, seed 2 a value, seed 7 is the baseline's alone: 0.5 - 0.25 and 0.25 - 0.5 remain
+    values = {0: 0.5, 1: 0.25, 2: None, 3: 0.75}
+    baseline = {0: 0.25, 1: 0.5, 2: 0.5, 7: 0.0}
+    summary = paired_by_seed(values, baseline)
+    assert summary.per_seed == (0.25, -0.25) and summary.mean == 0.0
+    assert summary.se == pytest.approx(0.25)  # std 0.25 * sqrt(2), over sqrt(2)
+    assert paired_by_seed({0: 0.5}, {1: 0.5}).mean is None

@@ -231,8 +231,7 @@ def plan_warnings(plan: PolicyPlan, device_bytes: float) -> list[PlanWarning]:
     change first."""
     s = plan.settings
     ref = "actor_rollout_ref"
-    gpus_key = "trainer.n_gpus_per_node" if s.policy == "shared" else f"mas.policies.{s.policy}.n_gpus_per_node"
-    gpus_key += " or trainer.nnodes"
+    gpus_key = f"{s.gpus_key} or trainer.nnodes"
     found = []
     padding = () if s.remove_padding else (f"{ref}.model.use_remove_padding=true (with flash-attn)",)
     if plan.update.total > device_bytes:

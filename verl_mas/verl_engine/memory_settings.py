@@ -46,6 +46,7 @@ class PolicySettings:
     sleeps: bool  # vLLM releases its memory during the log-prob and update phases
     kv_bytes: int  # KV cache dtype width
     lora: Lora | None = None  # None: every weight is trained
+    gpus_key: str = "trainer.n_gpus_per_node"  # the key that sets this group's GPUs per node
 
 
 def _select(config: DictConfig, key: str, default: Any = None) -> Any:
@@ -95,28 +96,31 @@ def policy_settings(config: DictConfig, mean_sample_tokens: int = DEFAULT_MEAN_S
             raise ValueError(f"{actor}.ppo_micro_batch_size_per_gpu: needed when use_dynamic_bsz is false")
         update_tokens = log_prob_tokens = int(micro) * (prompt + response)
     model_rank = int(_select(config, f"{ref}.model.lora_rank", 0))
-    # (policy, model path, roles, GPUs, LoRA) per actor worker group
-    groups: list[tuple[str, str, tuple[str, ...], int, Lora | None]] = []
+    # (policy, the key of its model path, roles, GPUs and their key, LoRA) per actor worker group
+    groups: list[tuple[str, str, tuple[str, ...], int, str, Lora | None]] = []
     if mas.lora_per_role:  # one group, one base, one adapter per policy; vLLM also holds verl's own synced adapter
         from verl_mas.verl_engine.adapters import ADAPTER_GROUP
 
         first = router.policies[0]
         lora = Lora(model_rank, len(router.policies), len(router.policies) + 1, lora_targets(config))
         roles = tuple(role for role, _ in router.role_to_policy)
-        groups.append((ADAPTER_GROUP, str(config[ref].model.path), roles, gpus[first] * nodes[first], lora))
+        n_gpus = gpus[first] * nodes[first]
+        groups.append((ADAPTER_GROUP, f"{ref}.model.path", roles, n_gpus, "trainer.n_gpus_per_node", lora))
     else:
         for policy, policy_config in mas.policy_settings().items():
             rank = policy_config.lora_rank or model_rank  # a policy's rank replaces the model's (apply_policy_model)
             groups.append((
                 policy,
-                policy_config.model_path or str(config[ref].model.path),
+                f"mas.policies.{policy}.model_path" if policy_config.model_path else f"{ref}.model.path",
                 tuple(role for role, served_by in router.role_to_policy if served_by == policy),
                 gpus[policy] * nodes[policy],
+                "trainer.n_gpus_per_node" if policy == "shared" else f"mas.policies.{policy}.n_gpus_per_node",
                 Lora(rank, targets=lora_targets(config)) if rank else None,
             ))  # fmt: skip
     settings = []
-    for policy, path, roles, n_gpus, lora in groups:
-        shape, source = model_shape(path)
+    for policy, path_key, roles, n_gpus, gpus_key, lora in groups:
+        path = str(OmegaConf.select(config, path_key))
+        shape, source = model_shape(path, path_key)
         settings.append(
             PolicySettings(
                 policy=policy,
@@ -147,6 +151,7 @@ def policy_settings(config: DictConfig, mean_sample_tokens: int = DEFAULT_MEAN_S
                 sleeps=bool(_select(config, f"{rollout}.free_cache_engine", True)),
                 kv_bytes=DTYPE_BYTES[str(_select(config, f"{rollout}.dtype", "bfloat16"))],
                 lora=lora,
+                gpus_key=gpus_key,
             )
         )
     return settings

@@ -85,12 +85,12 @@ KNOWN_SHAPES = {
 }
 
 
-def model_shape(path: str) -> tuple[ModelShape, str]:
-    """The shape of the model at `path` and where it came from: its config.json (a local folder, or the Hugging
-    Face cache for a hub id), else the table of the recipes' models.
+def model_shape(path: str, key: str = "actor_rollout_ref.model.path") -> tuple[ModelShape, str]:
+    """The shape of the model at `path` (the value of the config's `key`) and where it came from: its config.json
+    (a local folder, or the Hugging Face cache for a hub id), else the table of the recipes' models.
 
     Raises:
-        ValueError: neither is available, naming the path.
+        ValueError: neither is available, naming the key, its value and how to set it.
     """
     local = Path(path).expanduser() / "config.json"
     found: Path | None = local if local.is_file() else None
@@ -108,7 +108,8 @@ def model_shape(path: str) -> tuple[ModelShape, str]:
     if path in KNOWN_SHAPES:
         return KNOWN_SHAPES[path], "verl-mas's table of the recipes' models"
     raise ValueError(
-        f"model {path!r}: no readable config.json, and not one of {sorted(KNOWN_SHAPES)}; give a local model folder"
+        f"{key}={path!r}: no readable config.json there, and not one of {sorted(KNOWN_SHAPES)}; set {key} to a "
+        f"local model folder or one of those, as a hydra override on the command line (e.g. {key}=Qwen/Qwen3-8B)"
     )
 
 

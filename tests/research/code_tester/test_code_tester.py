@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from research import harness
+from research import harness, methods
 from research.code_tester import code_tester
 from verl_mas.env import INFRA_FAILURE, Task
+from verl_mas.local.arms import ArmsPlan, arm_run_config
 from verl_mas.rollout import EpisodeResult
 from verl_mas.sample import Sample
 
@@ -82,10 +83,9 @@ def test_the_recorder_reads_the_tester_moves_of_the_rollout_it_is_given() -> Non
 
 
 def test_the_rule_arms_share_the_team_warm_start_and_differ_in_the_tester_reward_only() -> None:
-    learning = harness
-    config = learning.env_config("code", ["default"], {"env_options": {"brief_examples": True}}, 3)
+    config = methods.env_config("code", ["default"], {"env_options": {"brief_examples": True}}, 3)
     runs = {
-        arm: learning.method_config(config, arm, "/warm", Path("/out") / arm)
+        arm: arm_run_config(config, methods.METHODS[arm].arm, "/warm", Path("/out") / arm)
         for arm in ("at_grpo_credit_share", "at_grpo_catch_share", "at_grpo_shared")
     }
     assert runs["at_grpo_credit_share"].env_options["tester_reward"] == "credit_share"
@@ -94,9 +94,10 @@ def test_the_rule_arms_share_the_team_warm_start_and_differ_in_the_tester_reward
     same = [dataclasses.replace(run, env_options={}, output_dir="") for run in runs.values()]
     assert same[0] == same[1] == same[2]
     assert all(run.env_options["brief_examples"] and not run.env_options["single_agent"] for run in runs.values())
-    warm = learning.warm_start_run_config(config, False, Path("/warm"))  # built from the env's config, no arm's
-    assert "tester_reward" not in warm.env_options
-    centred = learning.method_config(config, "at_grpo_catch_share_centred", "/warm", Path("/out/centred"))
+    warm = ArmsPlan("code", config, {"catch": methods.METHODS["at_grpo_catch_share"].arm}, (0,), Path("/out"), "catch")
+    assert "tester_reward" not in warm.warm_start_config(0).env_options  # the arm's reward is not its warm start's
+    centred_arm = methods.METHODS["at_grpo_catch_share_centred"].arm
+    centred = arm_run_config(config, centred_arm, "/warm", Path("/out/centred"))
     catch = runs["at_grpo_catch_share"]
     assert not centred.norm_adv_by_std and catch.norm_adv_by_std  # the one key the centred arm changes
     restored = dataclasses.replace(centred, norm_adv_by_std=True, output_dir="")

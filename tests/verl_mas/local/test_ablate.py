@@ -18,7 +18,6 @@ from verl_mas.local.ablate import (
     WARM_START_DIR,
     ablation_report,
     plan_ablation,
-    prepare_warm_start,
     run_ablation,
 )
 from verl_mas.local.callbacks import RunCallbacks
@@ -307,7 +306,7 @@ def test_bad_input_fails_at_start_naming_the_key(tmp_path, name, overrides, mess
 
 def test_a_folder_holding_runs_of_other_settings_is_refused(plan_path_ablation):
     out, _, _, _ = plan_path_ablation
-    with pytest.raises(ValueError, match=r"seed_0/task holds a run of other settings \(update\)"):
+    with pytest.raises(ValueError, match=r"seed_0/task holds a run of other settings \(update\.lr\)"):
         plan_ablation("grouping", FAST | {"output_dir": str(out), "update": {"lr": 1e-2}})
     with pytest.raises(ValueError, match=r"seed_0/warm_start holds a warm start of other settings \(warm_start\)"):
         plan_ablation("grouping", FAST | {"output_dir": str(out), "warm_start": {"epochs": 2}})
@@ -317,7 +316,7 @@ def test_a_folder_holding_runs_of_other_settings_is_refused(plan_path_ablation):
 def test_a_given_model_path_is_every_arms_start_and_nothing_is_saved(tmp_path):
     plan = plan_ablation("grouping", {"seeds": 2, "model": {"path": "some/model"}, "output_dir": str(tmp_path)})
     assert {plan.arm_config(seed, arm).model.path for seed in plan.seeds for arm in ARMS} == {"some/model"}
-    prepare_warm_start(plan, 0, log=print)
+    plan.prepare_warm_start(0, log=print)
     assert not (tmp_path / "seed_0").exists()
 
 

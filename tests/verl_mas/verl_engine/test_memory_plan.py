@@ -100,8 +100,8 @@ def test_a_readable_config_json_wins_over_the_table_and_an_unknown_model_is_name
     assert shape == ModelShape(64, 2, 4, 2, 16, 128, 1000, tied=True)  # head_dim = hidden / heads when absent
     assert source == str(tmp_path / "config.json")
     assert model_shape("Qwen/Qwen3-8B")[0] == QWEN3_8B
-    with pytest.raises(ValueError, match=r"^model '/nowhere/model': no readable config.json"):
-        model_shape("/nowhere/model")
+    with pytest.raises(ValueError, match=r"^mas\.policies\.tool\.model_path='/nowhere/model': no readable config"):
+        model_shape("/nowhere/model", "mas.policies.tool.model_path")
 
 
 def test_the_update_reloads_the_offloaded_optimizer_shard_the_rollout_does_not_hold_it():
@@ -257,8 +257,12 @@ def test_main_warns_on_a_gpu_platform_only(math_8b_per_role):
     unknown = copy.deepcopy(math_8b_per_role)
     OmegaConf.update(unknown, "actor_rollout_ref.model.path", "/nowhere/model")
     warn_memory_plan(unknown, quiet.append, device_gib=80)
-    assert quiet == ["verl_mas.main: warning: memory not planned: model '/nowhere/model': no readable config.json, "
-                     "and not one of ['Qwen/Qwen3-1.7B', 'Qwen/Qwen3-8B']; give a local model folder"]  # fmt: skip
+    assert quiet == [
+        "verl_mas.main: warning: memory not planned: actor_rollout_ref.model.path='/nowhere/model': no readable "
+        "config.json there, and not one of ['Qwen/Qwen3-1.7B', 'Qwen/Qwen3-8B']; set actor_rollout_ref.model.path to "
+        "a local model folder or one of those, as a hydra override on the command line (e.g. "
+        "actor_rollout_ref.model.path=Qwen/Qwen3-8B)"
+    ]
 
 
 FACTS = doctor.Facts(

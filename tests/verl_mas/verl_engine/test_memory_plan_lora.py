@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from verl_mas import doctor
-from verl_mas.verl_engine.memory_plan import plan_memory
+from verl_mas.verl_engine.memory_plan import plan_memory, plan_warnings
 from verl_mas.verl_engine.model_shape import GIB, KNOWN_SHAPES, Lora, LoraLayout, ModelShape, lora_layout
 
 REPO = Path(__file__).resolve().parents[3]
@@ -91,6 +91,10 @@ def test_one_base_with_an_adapter_per_role_is_one_group_on_every_gpu():
     assert update["grads"] == 2 * A * 4 / 8 and update["optimizer"] == 2 * A * 8 / 8
     assert update["gathered units"] == (ROOT + 2 * (LAYER + 2 * A_LAYER)) * 2 + 2 * A_LAYER * 4
     assert plan().policies[0].kv.budget - group.kv.budget == pytest.approx(3 * A * 2)
+    # more GPUs for the group come from the node's count, not from a policy's (it has none of its own)
+    (update_too_big,) = [w for w in plan_warnings(group, 10 * GIB) if w.what.startswith("the update")]
+    assert "trainer.n_gpus_per_node or trainer.nnodes (more GPUs)" in update_too_big.keys
+    assert plan(*L3).policies[0].settings.gpus_key == "mas.policies.tool.n_gpus_per_node"
 
 
 @pytest.mark.parametrize("roles_layout, one_base", [(L3, False), (L2, True)])
