@@ -15,7 +15,8 @@ run's learning curve to research/default_run/data/default_learning_curve.png.
 `check RUN_DIR` recomputes the same figures from a run's config.json and metrics.jsonl (and, with --log, finds the
 summary lines `make run` printed) and compares them with the JSON: the run is bit-reproducible for the same seed,
 thread count and CPU (torch's kernels round differently on other SIMD extensions, so another CPU model may read other
-figures), so every success figure must match exactly; times are shown side by side, not compared.
+figures), so every success figure must match exactly; times are shown side by side, not compared. A setting added
+since the record, at its default in the run, is named but is no difference in the config.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from verl_mas.local.reporting import read_metrics  # light: this script's `show` and `check` import no torch
+from verl_mas.local.reporting import read_metrics  # light: `show` imports no torch
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "data" / "default_run.json"
@@ -284,10 +285,11 @@ def check(args: argparse.Namespace) -> None:
     config, rows = read_run(args.run_dir)
     figures = run_figures(config, rows)
     problems = []
-    saved = recorded["config"]
-    changed = sorted(k for k in config.keys() | saved.keys() if k != "output_dir" and config.get(k) != saved.get(k))
+    changed, predated = config_changes(recorded["config"], config, default_config())
     if changed:
         problems.append(f"config.json differs from the recorded default in {', '.join(changed)}")
+    if predated:
+        print(f"settings newer than the record, at their defaults in this run: {', '.join(predated)}")
     for key, value in figures.items():
         if value != recorded[key]:
             problems.append(f"{key}: recorded {json.dumps(recorded[key])}\n  this run {json.dumps(value)}")
@@ -302,6 +304,32 @@ def check(args: argparse.Namespace) -> None:
         print(f"DIFFERS from {os.path.relpath(RESULTS, REPO)}:\n- " + "\n- ".join(problems))
         sys.exit(1)
     print(f"matches {os.path.relpath(RESULTS, REPO)} (recorded {recorded['date']}): every success figure is identical")
+
+
+def default_config() -> dict:
+    """The config `make run` runs with today (the embedded default), as a run's config.json holds it."""
+    from verl_mas.local.config import LocalTrainConfig, config_json  # imports torch: `show` does without it
+
+    return json.loads(config_json(LocalTrainConfig()))
+
+
+def config_changes(recorded: dict, config: dict, defaults: dict) -> tuple[list[str], list[str]]:
+    """The settings (dotted keys, output_dir aside) on which a run's config differs from the record's, and those the
+    record predates: absent from it, and at their default in the run.
+
+    A setting added since the record, left at its default, is no difference: the record ran without it. Were its
+    default to behave otherwise than the record's run did, the success figures, compared exactly, would show it."""
+    from verl_mas.local.arms import flat_keys
+
+    saved, current, default = flat_keys(recorded), flat_keys(config), flat_keys(defaults)
+    absent = object()
+    changed, predated = [], []
+    for key in sorted(saved.keys() | current.keys()):
+        if key == "output_dir" or saved.get(key, absent) == current.get(key, absent):
+            continue
+        at_default = key in default and current.get(key, absent) == default[key]
+        (predated if key not in saved and at_default else changed).append(key)
+    return changed, predated
 
 
 def show(args: argparse.Namespace) -> None:

@@ -171,3 +171,49 @@ def test_check_passes_the_recorded_run_and_names_a_changed_figure(default_run, t
     assert "DIFFERS" in out and "- greedy:" in out and "- curve:" in out
     # other figures on another CPU may be rounding, not code: the check says where each was made
     assert f"the record was made on a CPU it did not name, this machine is {default_run.cpu_model()}" in out
+
+
+def test_an_identical_make_run_matches_the_record_whatever_settings_were_added_since(default_run, default_record):
+    today = default_run.default_config() | {"output_dir": "runs/default"}  # what `make run` writes today
+    changed, _ = default_run.config_changes(default_record["config"], today, default_run.default_config())
+    assert changed == []
+
+
+def test_a_setting_the_record_predates_counts_only_away_from_its_default(default_run, tmp_path, monkeypatch, capsys):
+    defaults = {"steps": 300, "sampler_seed": None, "warm_start": {"epochs": 6, "near_misses": 0.0}}
+    recorded = {"steps": 300, "warm_start": {"epochs": 6}, "output_dir": "runs/default"}
+    same = defaults | {"output_dir": "elsewhere"}
+    assert default_run.config_changes(recorded, same, defaults) == ([], ["sampler_seed", "warm_start.near_misses"])
+    moved = defaults | {"sampler_seed": 7, "warm_start": {"epochs": 5, "near_misses": 0.0}}
+    assert default_run.config_changes(recorded, moved, defaults) == (
+        ["sampler_seed", "warm_start.epochs"],
+        ["warm_start.near_misses"],
+    )
+    dropped = {"warm_start": {"epochs": 6}}  # a setting the record has and the run lacks: a change, not news
+    assert default_run.config_changes(recorded, dropped, defaults) == (["steps"], [])
+    unknown = recorded | {"new_key": 1}  # not a setting the schema knows: never at a default
+    assert default_run.config_changes(recorded, unknown, defaults) == (["new_key"], [])
+
+    run = tmp_path / "runs" / "default"
+    config = synthetic_run(run, greedy_after=0.75)
+    _, rows = default_run.read_run(run)
+    machine = {"cpus": 2, "torch": "2.13.0+cpu", "torch_threads": 2, "idle": True, "others_cpu_share": 0.02}
+    old_config = {key: value for key, value in config.items() if key != "eval_every"}
+    record = default_run.run_figures(config, rows) | {
+        "config": old_config,
+        "times": default_run.step_times(rows) | {"setup_s": 6.0},
+        "wall_s": 10.0,
+        "date": "d",
+        "machine": machine,
+    }
+    monkeypatch.setattr(default_run, "RESULTS", tmp_path / "default_run.json")
+    (tmp_path / "default_run.json").write_text(json.dumps(record))
+    monkeypatch.setattr(default_run, "default_config", lambda: {"eval_every": config["eval_every"]})
+    default_run.check(argparse.Namespace(run_dir=run, log=None))
+    out = capsys.readouterr().out
+    assert "settings newer than the record, at their defaults in this run: eval_every" in out
+    assert "every success figure is identical" in out
+    monkeypatch.setattr(default_run, "default_config", lambda: {"eval_every": config["eval_every"] + 1})
+    with pytest.raises(SystemExit):
+        default_run.check(argparse.Namespace(run_dir=run, log=None))
+    assert "DIFFERS" in capsys.readouterr().out
