@@ -20,7 +20,7 @@ from verl_mas.stats import PairedSummary, interval_text, markdown_table, number,
 
 INVALID = "eval/invalid_move_share"
 ZERO_VARIANCE = f"{GROUP_HEALTH_PREFIX}/zero_variance_share"
-BUDGET_GUIDE = 'docs/presets.md, "Budget for `verl-mas ablate`"'
+BUDGET_GUIDE = 'docs/local_engine.md, "Budget for an ablation"'
 SUCCESS_HEADER = (
     "arm",
     "greedy before",
@@ -124,7 +124,8 @@ class AblationReport:
             "",
             *[f"**Warning:** {warning}\n" for warning in self.warnings],
             "Every arm of a seed starts from that seed's one warm start, with the same tasks, budget and sampler seed; "
-            f"only {keys} differ. Held-out success, mean over the seeds; gains paired per seed: mean (SE) "
+            f"only {keys} {'differs' if len(self.keys) == 1 else 'differ'}. Held-out success, mean over the seeds; "
+            "gains paired per seed: mean (SE) "
             f"[95% t interval, n = {n}]. Invalid moves: the share of greedy held-out replies the environment refused, "
             "at step 0 and at the last evaluation. Zero-variance groups: the share of the arm's advantage groups whose "
             "rewards were all equal (they give no gradient), mean over the training steps.",

@@ -93,7 +93,7 @@ def test_expert_moves_longer_than_the_reply_budget_are_warned_of_naming_the_sett
     assert warning.startswith("the warm start's expert moves do not fit the reply budget (seeds 0, 1): 4 of 9 expert")
     assert "longer than sampling.max_new_tokens=8 (longest: 12 tokens with eos)" in warning
     assert "Set sampling.max_new_tokens=12 to leave room." in warning
-    assert 'docs/presets.md, "Budget for `verl-mas ablate`"' in warning
+    assert 'docs/local_engine.md, "Budget for an ablation"' in warning
     # printed per seed before its arms train, and heading the table
     seed_warnings = [line for line in lines if "warning:" in line]
     assert [line.split("]")[0] for line in seed_warnings] == ["[seed 0", "[seed 1"]
