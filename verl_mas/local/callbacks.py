@@ -22,32 +22,52 @@ per-policy phases (log-probs, update) on TransferQueue rows, in the trainer's Ra
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
+from verl_mas.env import Task
+from verl_mas.local.config import LocalTrainConfig, RolloutMode
+from verl_mas.local.generator import BatchingGenerator, PolicyModel
 from verl_mas.rollout import EpisodeResult
 from verl_mas.sample import Sample
 
-if TYPE_CHECKING:
-    from verl_mas.local.train import LocalRun
+
+class ObservedRun(Protocol):
+    """What a callback may use of the run it observes: `verl_mas.local.train.LocalRun` is the one (declared here, so
+    that the callbacks the run imports need not import the run)."""
+
+    config: LocalTrainConfig
+    out: Path
+    tokenizer: Any  # the run's Hugging Face tokenizer
+    models: dict[str, torch.nn.Module]
+    served: dict[str, PolicyModel]
+
+    def rollout(
+        self, tasks: list[Task], generator: BatchingGenerator, k: int, mode: RolloutMode
+    ) -> list[EpisodeResult]: ...
+
+    def evaluate(self) -> tuple[float, dict[str, float]]: ...
+
+    def train_step(self, step: int) -> dict[str, float]: ...
 
 
 class RunCallbacks:
     """A local run's event handlers, called in the run's own process; each does nothing unless overridden (see the
     module's docstring)."""
 
-    def started(self, run: LocalRun, step: int) -> None:
+    def started(self, run: ObservedRun, step: int) -> None:
         """The run starts (or resumes) at training step `step`."""
 
-    def rollout(self, run: LocalRun, prefix: str, results: Sequence[EpisodeResult]) -> Mapping[str, float]:
+    def rollout(self, run: ObservedRun, prefix: str, results: Sequence[EpisodeResult]) -> Mapping[str, float]:
         """A rollout the run records under `prefix`; returns metrics to add next to its own."""
         return {}
 
-    def advantages(self, run: LocalRun, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> None:
+    def advantages(self, run: ObservedRun, step: int, samples: Sequence[Sample], advantages: torch.Tensor) -> None:
         """Training step `step`'s samples and their [N] advantages (read them; the update uses them as given)."""
 
-    def step_end(self, run: LocalRun, step: int, metrics: Mapping[str, float]) -> Mapping[str, float]:
+    def step_end(self, run: ObservedRun, step: int, metrics: Mapping[str, float]) -> Mapping[str, float]:
         """Training step `step`'s metrics row; returns metrics to add to it."""
         return {}
 
