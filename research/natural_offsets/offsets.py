@@ -15,6 +15,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from research.code_tester.code_tester import DEFAULT_OVERRIDES as CODE_TESTER_OVERRIDES
+from research.methods import env_config
 from verl_mas.local.presets import resolve_train_config
 from verl_mas.local.train import train
 from verl_mas.overrides import parse_overrides
@@ -27,11 +29,10 @@ KEPT = ("prompt_offset_share", "mixed_prompt_share", "zero_variance_share", "gro
 # The design (README.md), fixed before the first run: seed 0, 10 AT-GRPO steps, K = 4, 8 tasks a step; the
 # evaluation is not an endpoint, so it is kept small.
 COMMON = ["seed=0", "steps=10", "k=4", "tasks_per_step=8", "eval_tasks=8", "eval_samples=0", "progress=false"]
-ENVS: dict[str, list[str]] = {
-    "plan_path": [],
-    "code": ["env=code", "env_options.brief_examples=true", "warm_start.tasks=384", "warm_start.epochs=10"],
-    "math": ["env=math"],
-}
+# plan_path: the embedded default as it is; code and math: the learning harness's settings for the env (research.
+# methods), code with the code_tester study's on top.
+ENVS: dict[str, list[str]] = {"plan_path": [], "code": CODE_TESTER_OVERRIDES, "math": []}
+HARNESS_ENVS = ("code", "math")
 
 
 def step_health(row: dict[str, float]) -> dict[str, float]:
@@ -43,8 +44,11 @@ def step_health(row: dict[str, float]) -> dict[str, float]:
 
 
 def run_env(out: Path, name: str) -> dict:
-    overrides = [*COMMON, *ENVS[name]]
-    config = resolve_train_config(parse_overrides([*overrides, f"output_dir={out / name}"]))
+    overrides = [*ENVS[name], *COMMON, f"output_dir={out / name}"]  # the design's common keys last
+    if name in HARNESS_ENVS:
+        config = env_config(name, [], parse_overrides(overrides), None)
+    else:
+        config = resolve_train_config(parse_overrides(overrides))
     started = time.perf_counter()
     summary = train(config, log=print)
     steps = [step_health(row) for row in summary.history if "group_health/groups" in row]
