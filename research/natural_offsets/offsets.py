@@ -17,6 +17,7 @@ from pathlib import Path
 
 from research.code_tester.code_tester import DEFAULT_OVERRIDES as CODE_TESTER_OVERRIDES
 from research.methods import env_config
+from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.presets import resolve_train_config
 from verl_mas.local.train import train
 from verl_mas.overrides import parse_overrides
@@ -43,12 +44,16 @@ def step_health(row: dict[str, float]) -> dict[str, float]:
     return kept
 
 
-def run_env(out: Path, name: str) -> dict:
+def run_config(out: Path, name: str) -> LocalTrainConfig:
     overrides = [*ENVS[name], *COMMON, f"output_dir={out / name}"]  # the design's common keys last
     if name in HARNESS_ENVS:
-        config = env_config(name, [], parse_overrides(overrides), None)
-    else:
-        config = resolve_train_config(parse_overrides(overrides))
+        return env_config(name, [], parse_overrides(overrides), None)
+    return resolve_train_config(parse_overrides(overrides))
+
+
+def run_env(out: Path, name: str) -> dict:
+    config = run_config(out, name)
+    overrides = [*ENVS[name], *COMMON]
     started = time.perf_counter()
     summary = train(config, log=print)
     steps = [step_health(row) for row in summary.history if "group_health/groups" in row]

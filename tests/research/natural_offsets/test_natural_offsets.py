@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from research.natural_offsets import figures, offsets
+from verl_mas.env import make_env
 from verl_mas.local.presets import resolve_train_config
 from verl_mas.local.train import train
 from verl_mas.overrides import parse_overrides
@@ -20,6 +21,13 @@ def test_a_real_run_logs_every_grouping_the_study_keeps(tmp_path):
     # coarser groupings pool more: never more groups than AT-GRPO's, and AT-GRPO's groups never mix prompts
     assert health["task/groups"] <= health["task_role/groups"] <= health["task_role_turn/groups"]
     assert health["task_role_turn/mixed_prompt_share"] == 0.0
+
+
+def test_every_env_of_the_design_builds_its_environment(tmp_path):
+    for name in offsets.ENVS:
+        config = offsets.run_config(tmp_path, name)
+        assert config.env == name and (config.seed, config.steps, config.k, config.tasks_per_step) == (0, 10, 4, 8)
+        assert make_env(config.env, **config.env_options).workflow().roles  # bad options fail here, not mid-study
 
 
 def step(task_offset: float, task_zero: float, role_offset: float = 0.5) -> dict:
