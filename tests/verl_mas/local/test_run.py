@@ -316,3 +316,25 @@ def test_an_environment_named_by_its_import_path_trains_from_the_same_start_as_b
     assert start == [without_timings(row) for row in by_name.history if row["step"] == 0]
     assert [row["step"] for row in by_path.history] == [row["step"] for row in by_name.history]
     assert all("update/shared/grad_norm" in row for row in by_path.history if row["step"] > 0)
+
+
+def test_every_phase_before_rl_says_it_has_started(tmp_path):
+    """A user sees each slow phase begin (expert moves, tokenizer, each warm-start epoch, the first evaluation) before
+    any step: the lines come in that order, one per warm-start epoch."""
+    lines: list[str] = []
+    config = tiny_config(tmp_path, steps=1)
+    train(config, log=lines.append)
+    epochs = config.warm_start.epochs
+    expected = [
+        f"collecting expert moves on {config.warm_start.tasks} warm-start boards",
+        "training a ",
+        "warm start shared: ",
+        *(f"warm start shared: epoch {epoch}/{epochs}: mean loss" for epoch in range(1, epochs + 1)),
+        f"evaluating before RL on {config.eval_tasks} boards",
+    ]
+    found, position = [], 0
+    for prefix in expected:
+        position = next(i for i in range(position, len(lines)) if lines[i].startswith(prefix))
+        found.append(position)
+        position += 1
+    assert found == sorted(found) and len(set(found)) == len(found)
