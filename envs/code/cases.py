@@ -1,4 +1,5 @@
-"""Owns what a coding task is (statement, style, hidden and visible cases) and how a result is compared with a case.
+"""Owns what a coding task is (statement, style, hidden and visible cases), how a result is compared with a case, and
+how cases read as text (a brief prompt's example, a tester's written cases, an output off by one).
 
 Three kinds of case:
 - `StdinCase`: the program reads `input` on stdin; it passes when what it prints matches `expected` token by token
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import ast
 import math
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -184,3 +187,29 @@ def _token_matches(expected: str, actual: str) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float)  # bools too: True == 1, as in Python
+
+
+def brief_example(case: TestCase, problem: CodeProblem) -> str:
+    """A statement's example in a brief prompt: `9 2 -> 27`, or `f(1, 2) -> 3`."""
+    if isinstance(case, StdinCase):
+        return f"{case.input.strip()} -> {case.expected.strip()}"
+    return f"{problem.fn_name}({case.args}) -> {case.expected}" if isinstance(case, CallCase) else case.code.strip()
+
+
+def written_cases(cases: Sequence[TestCase], problem: CodeProblem) -> str:
+    """Cases as a tester writes them."""
+    if problem.style == "stdin":
+        return "\n".join(f"```input\n{c.input.rstrip()}\n```\n```output\n{c.expected.rstrip()}\n```" for c in cases)
+    lines = [f"assert {problem.fn_name}({c.args}) == {c.expected}" for c in cases if isinstance(c, CallCase)]
+    return "```python\n" + "\n".join(lines) + "\n```"
+
+
+def off_by_one(case: TestCase) -> str | None:
+    """The case's expected output plus one, when it is an integer (a stdin line or a call's int literal)."""
+    if isinstance(case, StdinCase) and re.fullmatch(r"-?\d+", case.expected.strip()):
+        return str(int(case.expected) + 1)
+    if isinstance(case, CallCase):
+        value = literal_value(case.expected)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return repr(value + 1)
+    return None

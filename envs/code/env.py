@@ -36,8 +36,7 @@ Tasks come from `verl_mas_envs.code.problems` (`source`, `source_options`, or `d
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
@@ -56,7 +55,7 @@ from verl_mas_envs.common import (
 )
 from verl_mas_envs.problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
 
-from .cases import CallCase, CodeProblem, StdinCase, TestCase, literal_value
+from .cases import CallCase, CodeProblem, StdinCase, TestCase, brief_example, off_by_one, written_cases
 from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge_each
 from .problems import CACHE_VARIABLE, brief_statement, check_options, file_problem, file_problems, task_problem
 from .tester_reply import TesterReply, read_tester_reply
@@ -226,7 +225,7 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
             return None
         if role == "coder":
             return f"```python\n{problem.reference.strip()}\n```"
-        return _written_cases(problem.visible, problem) if problem.visible else None  # the statement's examples
+        return written_cases(problem.visible, problem) if problem.visible else None  # the statement's examples
 
     def near_misses(self, role: str) -> tuple[str, ...]:
         """The coder: each known-wrong program (the task's own wrong programs as given, and mutants that failed a
@@ -240,9 +239,9 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
             return tuple(f"```python\n{source.strip()}\n```" for source in self._known_wrong())
         visible = problem.visible
         return tuple(
-            _written_cases((*visible[:i], replace(case, expected=wrong), *visible[i + 1 :]), problem)
+            written_cases((*visible[:i], replace(case, expected=wrong), *visible[i + 1 :]), problem)
             for i, case in enumerate(visible)
-            if (wrong := _off_by_one(case)) is not None
+            if (wrong := off_by_one(case)) is not None
         )
 
     # --- the episode ---------------------------------------------------------------------------------------------
@@ -357,7 +356,7 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         if self.config.brief_prompts:
             lines = [brief_statement(problem)]
             if self.config.brief_examples:
-                lines += [_brief_example(case, problem) for case in problem.visible]
+                lines += [brief_example(case, problem) for case in problem.visible]
             if state.program is not None:
                 lines.append(f"prog:\n{state.program.strip()}")
             lines += [f"in:{m.shown_input} want:{m.expected} got:{m.actual}" for m in self._mismatches()]
@@ -412,32 +411,6 @@ def _short(text: str) -> str:
     if len(text) > SHOWN_CHARS:
         text = text[:SHOWN_CHARS] + " ..."
     return text.encode("utf-8", "replace").decode("utf-8")
-
-
-def _brief_example(case: TestCase, problem: CodeProblem) -> str:
-    """A statement's example in a brief prompt: `9 2 -> 27`, or `f(1, 2) -> 3`."""
-    if isinstance(case, StdinCase):
-        return f"{case.input.strip()} -> {case.expected.strip()}"
-    return f"{problem.fn_name}({case.args}) -> {case.expected}" if isinstance(case, CallCase) else case.code.strip()
-
-
-def _written_cases(cases: Sequence[TestCase], problem: CodeProblem) -> str:
-    """Cases as a tester writes them."""
-    if problem.style == "stdin":
-        return "\n".join(f"```input\n{c.input.rstrip()}\n```\n```output\n{c.expected.rstrip()}\n```" for c in cases)
-    lines = [f"assert {problem.fn_name}({c.args}) == {c.expected}" for c in cases if isinstance(c, CallCase)]
-    return "```python\n" + "\n".join(lines) + "\n```"
-
-
-def _off_by_one(case: TestCase) -> str | None:
-    """The case's expected output plus one, when it is an integer (a stdin line or a call's int literal)."""
-    if isinstance(case, StdinCase) and re.fullmatch(r"-?\d+", case.expected.strip()):
-        return str(int(case.expected) + 1)
-    if isinstance(case, CallCase):
-        value = literal_value(case.expected)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return repr(value + 1)
-    return None
 
 
 def _check_problems(config: CodeConfig) -> None:
