@@ -103,7 +103,7 @@ METHODS: dict[str, Method] = {
         {"router": "per_role", "rollout_mode": "tree", "grouping": "task_role_turn"},
     ),
     "mas_grpo_task": Method(
-        "two agents, AT-GRPO tree, but plain GRPO groups per task, one shared model",
+        "two agents, AT-GRPO tree, but one group per task, one shared model",
         True,
         {"router": "shared", "rollout_mode": "tree", "grouping": "task"},
     ),

@@ -13,7 +13,7 @@ LAST = 40
 TEAM_METHODS = {
     "at_grpo_shared": "**AT-GRPO, shared model**",
     "at_grpo_per_role": "**AT-GRPO, one model per role**",
-    "mas_grpo_task": "team, plain GRPO groups per task",
+    "mas_grpo_task": "team, one group per task",
 }
 SINGLE = "single_grpo"
 
@@ -53,7 +53,7 @@ def paired_table(evals: dict) -> str:
         ("AT-GRPO shared minus the team without RL (its gain)", "at_grpo_shared", 40, "at_grpo_shared", 0),
         ("AT-GRPO per role minus the team without RL", "at_grpo_per_role", 40, "at_grpo_shared", 0),
         ("AT-GRPO per role minus AT-GRPO shared", "at_grpo_per_role", 40, "at_grpo_shared", 40),
-        ("AT-GRPO shared minus plain GRPO groups per task", "at_grpo_shared", 40, "mas_grpo_task", 40),
+        ("AT-GRPO shared minus one group per task", "at_grpo_shared", 40, "mas_grpo_task", 40),
         ("AT-GRPO shared minus the single agent + GRPO", "at_grpo_shared", 40, SINGLE, 40),
     ]
     lines = [["difference at step 40 (3 seeds)", "greedy: mean (SE) [95% interval]", "sampled", "greedy per seed (1, 4, 0)"]]

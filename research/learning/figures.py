@@ -16,7 +16,7 @@ METHOD_NAMES = {
     "single_grpo": "single agent + GRPO",
     "at_grpo_shared": "AT-GRPO, shared model",
     "at_grpo_per_role": "AT-GRPO, one model per role",
-    "mas_grpo_task": "team, plain GRPO groups per task",
+    "mas_grpo_task": "team, one group per task",
 }
 
 

@@ -5,7 +5,7 @@ agent (`research/harness.py`), trains each method from that warm start with the 
 held-out success (greedy, and sampled at the training temperature) before RL and after the last step. Methods:
 `mas_no_rl` (the warm start, no RL), `single_grpo` (one agent, K independent episodes, groups per task),
 `at_grpo_shared` (tree, groups per (task, role, turn), one model), `at_grpo_per_role` (the same, one model per role,
-both from the team's warm start), `mas_grpo_task` (tree, plain GRPO groups per task); on request
+both from the team's warm start), `mas_grpo_task` (tree, one group per task); on request
 `at_grpo_task_role`, `mas_no_tree`, `at_grpo_shared_kl` (update.kl_coef from the command) and the code tester's
 rule arms (`research.code_tester`).
 
