@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_mas import ESTIMATOR, PLATFORM, pretrained
-from verl_mas.install_commands import FLASH_ATTN_INSTALL, INSTALL
+from verl_mas.install_commands import FLASH_ATTN_STEPS, INSTALL
 
 DISTRIBUTION = "verl-mas"
 TARGETS = ("local", "cpu", "gpu")
@@ -229,7 +229,7 @@ def target_problems(facts: Facts, target: str) -> list[str]:
         if facts.versions.get("flash-attn") is None:
             problems.append(
                 "flash-attn is not installed: every run takes the padded path (sdpa, each micro-batch padded to its "
-                f"longest sample; docs/gpu.md#memory-per-gpu); after the gpu extra: {FLASH_ATTN_INSTALL}"
+                f"longest sample; docs/gpu.md#memory-per-gpu); after the gpu extra: {FLASH_ATTN_STEPS}"
             )
         if not facts.cuda.get("available"):
             build = facts.cuda.get("build")
@@ -303,7 +303,7 @@ def attention_path(recipe: Path | None, overrides: tuple[str, ...] = ()) -> str:
     if model.use_remove_padding:
         return f"packed ({implementation}, use_remove_padding=true): no padding tokens"
     flash_attn = implementation != "sdpa" or importlib.util.find_spec("flash_attn")
-    why = "" if flash_attn else f", flash-attn is not installed (after the gpu extra: {FLASH_ATTN_INSTALL})"
+    why = "" if flash_attn else f", flash-attn is not installed (after the gpu extra: {FLASH_ATTN_STEPS})"
     return f"padded ({implementation}, use_remove_padding=false): each micro-batch pads to its longest sample{why}"
 
 

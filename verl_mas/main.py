@@ -27,7 +27,7 @@ from verl_mas import plugin  # registers the at_grpo estimator and the cpu platf
 from verl_mas.advantage import GroupingError
 from verl_mas.dataset import read_tasks
 from verl_mas.env import get_env_class, make_env
-from verl_mas.install_commands import FLASH_ATTN_BUILD_TOOLS, FLASH_ATTN_INSTALL
+from verl_mas.install_commands import FLASH_ATTN_STEPS
 from verl_mas.pretrained import PretrainedModelError, is_pretrained_name, prepared_path
 from verl_mas.verl_engine.config import MasConfig, MasConfigError, check_supported, mas_config_of
 from verl_mas.verl_engine.hooks import load_trainer_hooks
@@ -133,7 +133,7 @@ def check_attention(config: DictConfig, flash_attn_installed: bool | None = None
     if wanted:
         raise MasConfigError(
             f"{' and '.join(wanted)} need flash-attn, which is not installed: install it "
-            f"({FLASH_ATTN_BUILD_TOOLS} && {FLASH_ATTN_INSTALL}; docs/gpu.md#install) or set"
+            f"({FLASH_ATTN_STEPS}; docs/gpu.md#install) or set"
             " attn_implementation=sdpa use_remove_padding=false"
         )
 

@@ -108,6 +108,8 @@ def t_two_sided_p(t: float, df: int) -> float:
     functions needed): theta = atan(|t| / sqrt(df))."""
     if df < 1:
         raise ValueError(f"a t p-value needs at least 1 degree of freedom, got {df}")
+    if math.isnan(t):  # a NaN reading would otherwise read as p = 0, the most significant of all
+        raise ValueError("a t p-value of NaN: some difference is not a number")
     theta = math.atan(abs(t) / math.sqrt(df))
     cos2 = math.cos(theta) ** 2
     if df % 2:  # odd: 2/pi * (theta + sin * cos * (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))

@@ -87,6 +87,10 @@ def test_t_p_value_closed_forms_by_hand():
     assert t_two_sided_p(1e6, 3) == pytest.approx(0.0, abs=1e-12)
     with pytest.raises(ValueError, match="degree of freedom"):
         t_two_sided_p(1.0, 0)
+    with pytest.raises(ValueError, match="NaN"):
+        t_two_sided_p(math.nan, 3)
+    with pytest.raises(ValueError, match="NaN"):
+        paired_p_value(paired_summary([0.1, math.nan, 0.2]))
 
 
 def test_paired_p_value_of_hand_made_differences():

@@ -21,7 +21,7 @@ from verl.utils.config import omega_conf_to_dataclass
 from verl_mas import cli
 from verl_mas.advantage import GroupingError
 from verl_mas.env.registry import ENTRY_POINT_GROUP
-from verl_mas.install_commands import FLASH_ATTN_INSTALL
+from verl_mas.install_commands import FLASH_ATTN_STEPS
 from verl_mas.main import AGENT_LOOPS_FILE, CONFIG_DIR, MasTaskRunner, check_config, main
 from verl_mas.rollout import RolloutConfig
 from verl_mas.verl_engine.config import MasConfig, MasConfigError
@@ -436,7 +436,7 @@ def test_gpu_defaults_need_no_flash_attn_and_asking_for_it_without_it_fails_at_s
         OmegaConf.update(config, key, value)
         with pytest.raises(MasConfigError, match=rf"^{key}=.* need flash-attn, which is not installed") as refused:
             check_attention(config, flash_attn_installed=False)
-        assert FLASH_ATTN_INSTALL in str(refused.value)  # the pinned build docs/gpu.md's install block shows
+        assert FLASH_ATTN_STEPS in str(refused.value)  # the pinned build docs/gpu.md's install block shows
         check_attention(config, flash_attn_installed=True)
 
 
