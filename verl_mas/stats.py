@@ -48,6 +48,9 @@ class PairedSummary:
 def paired_summary(differences: Sequence[float]) -> PairedSummary:
     """Mean, standard error (sample std / sqrt n) and mean +- t(n-1) * SE of paired differences."""
     values = tuple(float(value) for value in differences)
+    broken = [index for index, value in enumerate(values) if not math.isfinite(value)]
+    if broken:
+        raise ValueError(f"paired differences must be finite numbers; not at position(s) {broken}: {values}")
     n = len(values)
     mean = statistics.fmean(values) if n else None
     se = statistics.stdev(values) / n**0.5 if n > 1 else None
