@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from verl_mas.group_health import GROUP_HEALTH_PREFIX
-from verl_mas.local.arms import GREEDY, SAMPLED, ArmsPlan, set_keys
+from verl_mas.local.arms import GREEDY, SAMPLED, ArmsPlan, reached_end, set_keys
 from verl_mas.local.files import RunError
 from verl_mas.local.reporting import read_metrics
 from verl_mas.local.warm_start import CutMoves, cut_moves_text
@@ -210,7 +210,7 @@ def arm_run(plan: ArmsPlan, seed: int, arm: str) -> ArmRun:
     history = read_metrics(folder)
     evaluations = [row for row in history if GREEDY in row]
     sampled = [row[SAMPLED] for row in history if SAMPLED in row]
-    if not evaluations or history[-1].get("step") != plan.base.steps:
+    if not evaluations or not reached_end(plan.arm_config(seed, arm), history):
         raise RunError(f"{folder}: the run has not finished ({plan.base.steps} steps and an evaluation)")
     return ArmRun(
         arm=arm,

@@ -44,6 +44,16 @@ class Arm:
     start: str = "warm_start"
     start_overrides: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # the runs apply both sets, the start's last: a key the two set differently would be overruled silently
+        runs, start = flat_keys(dict(self.overrides)), flat_keys(dict(self.start_overrides))
+        clash = sorted(key for key in runs.keys() & start.keys() if key and runs[key] != start[key])
+        if clash:
+            raise ValueError(
+                f"an arm sets {', '.join(clash)} one way for its runs ({', '.join(repr(runs[k]) for k in clash)}) and "
+                f"another for its warm start ({', '.join(repr(start[k]) for k in clash)}): set each key once"
+            )
+
 
 def set_keys(arms: Sequence[Arm]) -> tuple[str, ...]:
     """The dotted training keys that some arm sets, for its runs or its warm start."""

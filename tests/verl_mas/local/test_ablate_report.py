@@ -11,6 +11,7 @@ import pytest
 from verl_mas.local.ablate import REPORT_JSON, REPORT_MARKDOWN, plan_ablation, run_ablation
 from verl_mas.local.ablate_report import ablation_report
 from verl_mas.local.arms import EXPERT_MOVES_FILE, WARM_START_KEY_FILE, warm_start_key
+from verl_mas.local.files import RunError
 from verl_mas.local.reporting import METRICS_FILE
 
 ARMS = ("task", "task_role", "task_role_turn")
@@ -113,3 +114,15 @@ def test_a_reply_budget_that_fits_every_expert_move_warns_of_nothing(tmp_path):
     report = ablation_report(plan)
     assert report.warnings == ()
     assert not any(note.startswith("no arm succeeded") for note in report.notes)
+
+
+def test_a_run_whose_last_step_has_no_evaluation_is_not_finished(tmp_path):
+    """Stopped after its last training step but before the evaluation there: its step-0 reading is not "after"."""
+    plan = plan_ablation("grouping", {"seeds": [0, 1], "steps": 2, "eval_samples": 0, "output_dir": str(tmp_path)})
+    write_runs(plan)
+    metrics = Path(plan.arm_config(0, "task").output_dir) / METRICS_FILE
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    rows[-1] = {key: value for key, value in rows[-1].items() if not key.startswith("eval/")}
+    metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(RunError, match="the run has not finished"):
+        ablation_report(plan)

@@ -166,6 +166,13 @@ def test_a_plan_refuses_arms_it_cannot_run(tmp_path):
         ArmsPlan("test", LocalTrainConfig(), {"team": TEAM}, (0,), tmp_path, "nobody")
 
 
+def test_an_arm_setting_a_key_two_ways_is_refused_naming_it():
+    with pytest.raises(ValueError, match=r"sets update.lr one way for its runs \(0.001\) and another for its warm"):
+        Arm({"update": {"lr": 1e-3}, "grouping": "task"}, "warm_start", {"update": {"lr": 3e-3}})
+    same = Arm({"update": {"lr": 1e-3}}, "warm_start", {"update": {"lr": 1e-3}, "warm_start": {"epochs": 2}})
+    assert same.start_overrides["warm_start"] == {"epochs": 2}  # one key set alike in both is no clash
+
+
 def test_loaded_weights_untuned_are_every_arms_start_and_nothing_is_saved(tmp_path):
     loaded = plan(tmp_path, LocalTrainConfig(model=dataclasses.replace(LocalTrainConfig().model, path="/some/model")))
     assert not loaded.saves_warm_start and loaded.warm_start_path(0, "single") == "/some/model"
