@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -54,10 +56,18 @@ def prepare_start(out: Path, seed: int, start_arm: str) -> Path:
     config = resolve_train_config(parse_overrides(overrides))
     run = LocalRun(config, log=print)
     (model,) = run.models.values()
-    partial = folder.with_name(folder.name + ".partial")
+    # one partial folder per process: two processes reaching one seed at once each save whole, and the first rename
+    # wins (the tune is deterministic in the seed, so either is the start)
+    partial = folder.with_name(f"{folder.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
     model.save_pretrained(str(partial))
     run.tokenizer.save_pretrained(str(partial))
-    partial.rename(folder)
+    try:
+        partial.rename(folder)
+    except OSError:
+        if not (folder / "config.json").is_file():
+            raise
+        shutil.rmtree(partial)
     return folder
 
 
