@@ -306,12 +306,52 @@ def verl_batch_health(data: DataProto, *, group_key: str = "uid") -> GroupHealth
     Raises:
         ValueError: a key it needs is missing (naming it), or the batch is empty.
     """
-    batch, labels = data.batch, data.non_tensor_batch
-    keys = set(batch.keys())
+    labels = data.non_tensor_batch
     if group_key not in labels:
         raise ValueError(f"verl_batch_health: the batch has no non_tensor_batch[{group_key!r}] to group by")
-    if "advantages" not in keys:
+    if "advantages" not in set(data.batch.keys()):
         raise ValueError("verl_batch_health: the batch has no 'advantages' (run it after the advantage step)")
+    scores, response_mask, prompts = _verl_batch_rows(data)
+    return group_health(
+        scores,
+        row_advantages(data.batch["advantages"], response_mask),
+        np.asarray(labels[group_key], dtype=object),
+        prompts,
+        grouping=group_key,
+        expects_one_prompt=True,
+    )
+
+
+def verl_batch_coarser_health(
+    data: DataProto, *, task_key: str = "index", role_key: str = "role", turn_key: str = "turn",
+    norm_adv_by_std: bool = True,
+) -> list[GroupHealth]:  # fmt: skip
+    """`coarser_health` of a plain verl batch whose rows carry a task, a role and a turn (`non_tensor_batch`): what one
+    group per task and one per (task, role) would leave as offsets on these scores; log it with `coarser_metrics`.
+
+    Raises:
+        ValueError: a key it needs is missing (naming it), or the batch is empty.
+    """
+    labels = data.non_tensor_batch
+    missing = [key for key in (task_key, role_key, turn_key) if key not in labels]
+    if missing:
+        raise ValueError(f"verl_batch_coarser_health: the batch has no non_tensor_batch[{missing[0]!r}]")
+    scores, _, prompts = _verl_batch_rows(data)
+    return coarser_health(
+        scores,
+        prompts,
+        index=np.asarray(labels[task_key], dtype=object),
+        role=np.asarray(labels[role_key], dtype=object),
+        turn=np.asarray(labels[turn_key]).astype(np.int64),
+        grouping="task_role_turn",
+        norm_adv_by_std=norm_adv_by_std,
+    )
+
+
+def _verl_batch_rows(data: DataProto) -> tuple[np.ndarray, Any, np.ndarray]:
+    """A verl batch's per-row scores, its response mask and its prompts' codes (`verl_batch_health` says which keys)."""
+    batch = data.batch
+    keys = set(batch.keys())
     reward_key = next((k for k in ("token_level_rewards", "token_level_scores") if k in keys), None)
     if reward_key is None:
         raise ValueError("verl_batch_health: the batch has neither 'token_level_rewards' nor 'token_level_scores'")
@@ -332,14 +372,8 @@ def verl_batch_health(data: DataProto, *, group_key: str = "uid") -> GroupHealth
     else:
         raise ValueError("verl_batch_health: the batch has neither 'prompts' nor 'input_ids'")
     prompt_mask = attention[:, : prompts.shape[1]] if attention is not None else None
-    return group_health(
-        _numpy(batch[reward_key].sum(dim=-1)).astype(np.float64),
-        row_advantages(batch["advantages"], response_mask),
-        np.asarray(labels[group_key], dtype=object),
-        padded_prompt_codes(prompts, prompt_mask),
-        grouping=group_key,
-        expects_one_prompt=True,
-    )
+    scores = _numpy(batch[reward_key].sum(dim=-1)).astype(np.float64)
+    return scores, response_mask, padded_prompt_codes(prompts, prompt_mask)
 
 
 class GroupHealthWarnings:

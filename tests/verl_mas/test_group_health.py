@@ -19,6 +19,7 @@ from verl_mas.group_health import (
     row_advantages,
     sample_coarser_health,
     sample_group_health,
+    verl_batch_coarser_health,
     verl_batch_health,
 )
 from verl_mas.sample import Sample
@@ -306,3 +307,19 @@ def test_an_at_grpo_batch_shows_what_each_coarser_grouping_would_leave_of_its_of
     (_, unscaled) = sample_coarser_health(samples, "task_role_turn", norm_adv_by_std=False)
     assert unscaled.prompt_offset_share == pytest.approx(9 / 11, rel=1e-6)
     assert sample_coarser_health(samples, "task", norm_adv_by_std=True) == []  # nothing is coarser than task
+
+
+def test_a_plain_verl_batch_with_roles_shows_what_coarser_groupings_would_leave():
+    # the same scores as a plain verl batch: plan's prompt scored 2 and 4 (uid p), tool's 0 and 0 (uid t), one task
+    data = grpo_batch([[11, 12]] * 2 + [[21, 22]] * 2, ["p", "p", "t", "t"], [2.0, 4.0, 0.0, 0.0])
+    data.non_tensor_batch["index"] = np.array(["task0"] * 4, dtype=object)
+    data.non_tensor_batch["role"] = np.array(["plan", "plan", "tool", "tool"], dtype=object)
+    data.non_tensor_batch["turn"] = np.array([0, 0, 0, 0])
+    task_role, task = verl_batch_coarser_health(data)
+    assert (task_role.grouping, task.grouping) == ("task_role", "task")
+    assert task_role.prompt_offset_share == pytest.approx(0.0, abs=1e-12)
+    assert task.prompt_offset_share == pytest.approx(9 / 11, rel=1e-6)  # between-prompt SS 9 of 11, by hand
+    assert coarser_metrics([task_role, task])["group_health/task/groups"] == 1.0
+    data.non_tensor_batch.pop("role")
+    with pytest.raises(ValueError, match=r"no non_tensor_batch\['role'\]"):
+        verl_batch_coarser_health(data)
