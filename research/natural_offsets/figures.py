@@ -41,7 +41,10 @@ def offsets_table(folder: Path = DATA) -> str:
                  f"{share(defined_mean(r['steps'], g, 'mixed_prompt_share'))}" for g in COARSER]  # fmt: skip
         zero = statistics.fmean(step["task_role_turn/zero_variance_share"] for step in r["steps"])
         lines.append([r["env"], *cells, f"{zero:.2f}", str(len(r["steps"])), f"{r['wall_s'] / 60:.0f}"])
-    return markdown_table(lines) + "\n\nSeed 0, one run each; each figure is a mean over the run's steps."
+    return markdown_table(lines) + (
+        "\n\nSeed 0, one run each; each figure is a mean over the run's steps whose groups under that grouping had"
+        " reward variance (a step without has no share)."
+    )
 
 
 def headline(folder: Path = DATA) -> str:
