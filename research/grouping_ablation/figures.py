@@ -191,10 +191,7 @@ def sharpening_text(runs: list[RunCurves]) -> str:
     at_grpo = [arms[BASELINE] for arms in complete_seeds(runs, 0.0).values()]
     if not at_grpo:
         return "no seed of tool cost 0 has every arm finished"
-
-    def mean(values) -> float:
-        return statistics.fmean(values)
-
+    mean = statistics.fmean
     gap = [mean(run.at("greedy", step) - run.at("sampled", step) for run in at_grpo) for step in (0, STEPS)]
     return (
         f"AT-GRPO at tool cost 0, {len(at_grpo)} seeds: sampled success after RL "

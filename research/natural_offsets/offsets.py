@@ -44,16 +44,21 @@ def step_health(row: dict[str, float]) -> dict[str, float]:
     return kept
 
 
+def run_overrides(name: str) -> list[str]:
+    """The env's keys, then the design's common keys (which win)."""
+    return [*ENVS[name], *COMMON]
+
+
 def run_config(out: Path, name: str) -> LocalTrainConfig:
-    overrides = [*ENVS[name], *COMMON, f"output_dir={out / name}"]  # the design's common keys last
+    overrides = parse_overrides([*run_overrides(name), f"output_dir={out / name}"])
     if name in HARNESS_ENVS:
-        return env_config(name, [], parse_overrides(overrides), None)
-    return resolve_train_config(parse_overrides(overrides))
+        return env_config(name, [], overrides, None)
+    return resolve_train_config(overrides)
 
 
 def run_env(out: Path, name: str) -> dict:
     config = run_config(out, name)
-    overrides = [*ENVS[name], *COMMON]
+    overrides = run_overrides(name)
     started = time.perf_counter()
     summary = train(config, log=print)
     steps = [step_health(row) for row in summary.history if "group_health/groups" in row]
