@@ -1,8 +1,10 @@
-"""Rows of parquet and JSON-lines files, read with errors that name the file, the row and the line."""
+"""Rows of parquet and JSON-lines files, read with errors that name the file, the row and the line; and a text file
+written atomically."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -53,3 +55,16 @@ def rows_in_form(
     if not rows:
         raise ValueError(f"{path}: no rows")
     return rows, detect(rows[0], f"{path}: row 0") if form == "auto" else form
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write through a temp file renamed into place: a reader (or a crash) never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "w") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from verl_mas.data_files import write_text_atomic
+
 MANIFEST = "verl_mas_model.json"
 CACHE_ENV = "VERL_MAS_CACHE"
 # A probe the conversion check encodes and scores with both the GGUF model and the saved folder.
@@ -176,7 +178,7 @@ def _source_digest(spec: GgufModel, source: Path) -> str:
             f"{source} has SHA-256 {digest}, not the pinned package's {spec.sha256}: reinstall {spec.distribution}"
         )
     memo.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(memo, digest)
+    write_text_atomic(memo, digest)
     return digest
 
 
@@ -210,7 +212,7 @@ def convert(spec: GgufModel, source: Path, source_digest: str, folder: Path) -> 
         if path.is_file()
     }
     manifest = {"source": source.name, "source_sha256": source_digest, "note": spec.note, "files": files}
-    _write_atomic(folder / MANIFEST, json.dumps(manifest, indent=2))
+    write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=2))
 
 
 def fix_special_tokens(tokenizer, spec: GgufModel) -> None:
@@ -271,9 +273,3 @@ def _manifest(folder: Path) -> dict:
         raise PretrainedModelError(
             f"{folder} has no readable {MANIFEST}: delete the folder to convert again"
         ) from error
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    staging = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    staging.write_text(text)
-    os.replace(staging, path)

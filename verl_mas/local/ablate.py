@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verl_mas.data_files import write_text_atomic
 from verl_mas.env import make_env
 from verl_mas.local.ablate_report import BUDGET_GUIDE, AblationReport, ablation_report, budget_warnings
 from verl_mas.local.arms import Arm, ArmsPlan, flat_keys, is_finished, set_keys
 from verl_mas.local.callbacks import RunCallbacks
 from verl_mas.local.config import SEED
-from verl_mas.local.files import check_writable_dir, write_text_atomic
+from verl_mas.local.files import check_writable_dir
 from verl_mas.local.presets import PRESETS, resolve_train_config
 from verl_mas.local.train import RESUME_FREE_KEYS, train
 

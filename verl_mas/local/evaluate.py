@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from verl_mas.data_files import write_text_atomic
 from verl_mas.env import make_env
 from verl_mas.local.config import COUNT, LocalTrainConfig, Range
-from verl_mas.local.files import check_writable_file, write_text_atomic
+from verl_mas.local.files import check_writable_file
 from verl_mas.local.generator import BatchingGenerator
 from verl_mas.local.train import LocalRun, make_tasks
 from verl_mas.metrics import role_turn_stats, rollout_metrics

@@ -39,19 +39,6 @@ def load_tensors(path: Path) -> Any:
         raise UnreadableFile(f"{path} cannot be loaded ({state}): {_first_line(error)}") from error
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write through a temp file renamed into place: a reader (or a crash) never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def check_writable_dir(path: Path, key: str) -> None:
     """`path` is, or can be created as, a folder this process may write to; checked before any work starts."""
     if path.exists() and not path.is_dir():

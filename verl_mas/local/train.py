@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from verl_mas.advantage import Grouping, registered_estimator
+from verl_mas.data_files import write_text_atomic
 from verl_mas.dataset import split_tasks
 from verl_mas.env import Task, make_env
 from verl_mas.group_health import GroupHealthWarnings, coarser_metrics, sample_coarser_health, sample_group_health
@@ -31,7 +32,7 @@ from verl_mas.local.config import (
     config_json,
     trains_warm_start,
 )
-from verl_mas.local.files import RunError, check_writable_dir, load_tensors, read_json, write_text_atomic
+from verl_mas.local.files import RunError, check_writable_dir, load_tensors, read_json
 from verl_mas.local.generator import BatchingGenerator
 from verl_mas.local.policies import build_policies, resolve_device
 from verl_mas.local.reporting import MetricsSink, plot_learning_curve
