@@ -39,16 +39,20 @@ def reward_rises(record: dict) -> bool:
     return statistics.fmean(curve[-RISE_WINDOW:]) > statistics.fmean(curve[:RISE_WINDOW])
 
 
+def first_and_last(curve: list[float]) -> str:
+    return f"{number(statistics.fmean(curve[:RISE_WINDOW]))} / {number(statistics.fmean(curve[-RISE_WINDOW:]))}"
+
+
 def runs_table(found: dict[tuple[int, str], dict]) -> str:
     if not found:
         return "No run has finished yet."
     lines = [["seed", "arm", *(f"{name}: before -> after" for name in ENDPOINTS.values()),
-              f"reward: first / last {RISE_WINDOW} steps", "step, s (median)"]]  # fmt: skip
+              f"reward: first / last {RISE_WINDOW} steps", f"zero-variance groups: first / last {RISE_WINDOW} steps",
+              "step, s (median)"]]  # fmt: skip
     for (seed, arm), r in found.items():
-        curve = r["reward_curve"]
         readings = [f"{number(r[key][0])} -> {number(r[key][1])}" for key in ENDPOINTS]
-        rewards = f"{number(statistics.fmean(curve[:RISE_WINDOW]))} / {number(statistics.fmean(curve[-RISE_WINDOW:]))}"
-        lines.append([str(seed), f"`{arm}`", *readings, rewards, f"{r['step_s_median']:.1f}"])
+        curves = [first_and_last(r["reward_curve"]), first_and_last(r["zero_variance_curve"])]
+        lines.append([str(seed), f"`{arm}`", *readings, *curves, f"{r['step_s_median']:.1f}"])
     boards = sorted({r["eval_tasks"] for r in found.values()})
     return markdown_table(lines) + f"\n\n{', '.join(map(str, boards))} evaluation boards per reading, one episode each."
 

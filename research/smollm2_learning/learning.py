@@ -119,12 +119,19 @@ def run_arm(out: Path, seed: int, arm: str, start_arm: str) -> dict:
         "greedy": [history[0]["eval/success"], last["eval/success"]],
         "sampled": [history[0]["eval_sampled/success"], last["eval_sampled/success"]],
         f"sampled_t{LOW_TEMPERATURE}": [low_before["success"], last["eval_low/success"]],
-        "reward_curve": [row["rollout/reward"] for row in history if "rollout/reward" in row],
+        "reward_curve": training_curve(history, "rollout/reward"),
+        # descriptive, added after 3 runs: groups whose samples all scored alike train nothing
+        "zero_variance_curve": training_curve(history, "rollout/zero_variance_share"),
         "start_arm": start_arm,
         "step_s_median": statistics.median(row["time/step_s"] for row in history if "time/step_s" in row),
         "wall_s_this_command": round(time.perf_counter() - started, 1),
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
+
+
+def training_curve(history: Sequence[Mapping[str, float]], key: str) -> list[float]:
+    """One training metric per RL step, in order (evaluation-only rows carry none)."""
+    return [row[key] for row in history if key in row]
 
 
 def finished(out: Path) -> set[tuple[int, str]]:

@@ -117,7 +117,8 @@ def test_the_speed_figures_are_medians_of_the_raw_repeats(tmp_path, monkeypatch)
 
 def learning_record(seed: int, arm: str, greedy: tuple, sampled: tuple, low: tuple, curve: list[float]) -> dict:
     return {"seed": seed, "arm": arm, "eval_tasks": 64, "greedy": list(greedy), "sampled": list(sampled),
-            f"sampled_t{regime.LOW_TEMPERATURE}": list(low), "reward_curve": curve, "step_s_median": 20.0}  # fmt: skip
+            f"sampled_t{regime.LOW_TEMPERATURE}": list(low), "reward_curve": curve,
+            "zero_variance_curve": [0.5] * 10 + [1.0] * 30, "step_s_median": 20.0}  # fmt: skip
 
 
 def test_the_learning_figures_from_hand_made_runs(tmp_path):
@@ -143,6 +144,8 @@ def test_the_learning_figures_from_hand_made_runs(tmp_path):
     assert "open; it rises in 1 of 2 finished `at_grpo` runs (seeds 0)." in figures.validity_text(found)
     assert figures.headline(found).endswith("n = 2 seeds (interim: 2 of 3 seeds)")
     assert "interim: not a result" in figures.gains_table(found)
+    # seed 0's at_grpo: reward 0.0 / 1.0 over the first and last 10 steps, zero-variance groups 0.5 / 1.0
+    assert "| 0.000 / 1.000 | 0.500 / 1.000 | 20.0 |" in figures.runs_table(found).splitlines()[2]
     (tmp_path / learning.RUNS_FILE).write_text(json.dumps(recorded[0]) + "\n" + json.dumps(recorded[0]) + "\n")
     with pytest.raises(ValueError, match="seed 0, arm at_grpo: recorded twice"):
         figures.records(tmp_path)
