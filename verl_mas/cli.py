@@ -1,4 +1,4 @@
-"""The `verl-mas` command: demo, train, eval, ablate, data, envs, model, doctor."""
+"""The `verl-mas` command: demo, train, eval, export, ablate, data, envs, model, doctor."""
 
 from __future__ import annotations
 
@@ -27,6 +27,9 @@ verl-mas: multi-agent AT-GRPO for verl
                                   independent episodes on the evaluation split; prints success and
                                   per role-turn statistics and writes them as JSON; swap_roles=true
                                   serves each role with the other role's policy (did they specialise?)
+  verl-mas export out=DIR [checkpoint=PATH] [key=value ...]
+                                  save a run's policies (a checkpoint's, or a fresh warm start's) as
+                                  Hugging Face folders that verl, vLLM or any HF loader starts from
   verl-mas ablate grouping [seeds=N] [preset=NAME] [key=value ...]
                                   does grouping matter on this env? per seed one shared warm start, arms
                                   task, task_role and task_role_turn, a paired table with 95% intervals
@@ -62,6 +65,15 @@ eval keys:
   serve        {role: policy}: which trained policy serves each role, every role named, e.g.
                serve.tool=plan serve.plan=plan (both roles on the plan model); not with swap_roles;
                eval.json's served_by says which policy served each role"""
+
+EXPORT_HELP = """\
+save a run's policies as Hugging Face folders (weights, config, tokenizer, chat template): the start of a verl
+run (actor_rollout_ref.model.path), of vLLM or of any HF loader
+
+export keys:
+  out          the folder to write, new or empty; one policy goes there, several to out/<policy>
+  checkpoint   a step_* checkpoint, or a folder holding them (a run's output_dir: its latest);
+               empty: a fresh warm start of the training config (e.g. preset=smollm2: the format tune)"""
 
 
 class _SubcommandParser(argparse.ArgumentParser):
@@ -109,6 +121,13 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawTextHelpFormatter,
     )
     evaluation.add_argument("overrides", nargs="*", help="key=value: eval keys, then training-config keys")
+    export = sub.add_parser(
+        "export",
+        help="save a run's policies (a checkpoint's, or a fresh warm start's) as Hugging Face folders",
+        describe=lambda: EXPORT_HELP + "\n\nthe training keys rebuild the policies:\n" + _train_help(),
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    export.add_argument("overrides", nargs="*", help="key=value: out, checkpoint, then training-config keys")
     ablate = sub.add_parser(
         "ablate",
         help="arms that differ in one training key (grouping), paired per seed from one shared warm start",
@@ -171,6 +190,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _checkpoint_config(checkpoint_arg: str, overrides: dict, other_keys: tuple[str, ...]):
+    """(the checkpoint `checkpoint_arg` names or None, the training config: the checkpoint's own, else the default or
+    a preset's, with `overrides` on top); a checkpoint with a preset is refused, as it brings its own config."""
+    from verl_mas.local.config import CONFIG_FILE, read_config
+    from verl_mas.local.presets import resolve_train_config
+    from verl_mas.local.train import find_checkpoint
+
+    try:
+        checkpoint = find_checkpoint(checkpoint_arg) if checkpoint_arg else None
+    except ValueError as error:
+        raise ValueError(f"checkpoint={checkpoint_arg}: {error}") from None
+    if checkpoint is not None and "preset" in overrides:
+        raise ValueError("preset: a checkpoint brings the config it was trained with; override single keys")
+    base = read_config(checkpoint / CONFIG_FILE) if checkpoint is not None else None
+    return checkpoint, resolve_train_config(overrides, base, other_keys=other_keys)
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "demo":
         from verl_mas.demo import demo_config, format_demo, run_demo
@@ -192,22 +228,22 @@ def _dispatch(args: argparse.Namespace) -> int:
                 f"{summary.sampled_success_after:.3f}"
             )
     elif args.command == "eval":
-        from verl_mas.local.config import CONFIG_FILE, read_config
         from verl_mas.local.evaluate import EvalConfig, evaluate
-        from verl_mas.local.presets import resolve_train_config
-        from verl_mas.local.train import find_checkpoint
 
         overrides = parse_overrides(args.overrides)
         eval_keys = tuple(f.name for f in dataclasses.fields(EvalConfig))
         eval_config = apply_overrides(EvalConfig(), {k: overrides.pop(k) for k in eval_keys if k in overrides})
-        try:
-            checkpoint = find_checkpoint(eval_config.checkpoint) if eval_config.checkpoint else None
-        except ValueError as error:
-            raise ValueError(f"checkpoint={eval_config.checkpoint}: {error}") from None
-        if checkpoint is not None and "preset" in overrides:
-            raise ValueError("preset: a checkpoint brings the config it was trained with; override single keys")
-        base = read_config(checkpoint / CONFIG_FILE) if checkpoint is not None else None
-        evaluate(resolve_train_config(overrides, base, other_keys=eval_keys), eval_config, checkpoint)
+        checkpoint, config = _checkpoint_config(eval_config.checkpoint, overrides, eval_keys)
+        evaluate(config, eval_config, checkpoint)
+    elif args.command == "export":
+        from verl_mas.local.export import export_policies
+
+        overrides = parse_overrides(args.overrides)
+        out, checkpoint_arg = str(overrides.pop("out", "")), str(overrides.pop("checkpoint", ""))
+        if not out:
+            raise ValueError("out: the folder the model goes to is required, e.g. out=runs/tuned_model")
+        checkpoint, config = _checkpoint_config(checkpoint_arg, overrides, ("out", "checkpoint"))
+        export_policies(config, out, checkpoint)
     elif args.command == "ablate":
         from verl_mas.local.ablate import REPORT_JSON, REPORT_MARKDOWN, plan_ablation, run_ablation
 
@@ -241,7 +277,13 @@ def _dispatch(args: argparse.Namespace) -> int:
             for name, spec in pretrained.PRETRAINED.items():
                 print(f"{name:<24} {spec.distribution}: {spec.note}")
         else:
-            print(pretrained.prepare(args.name, log=lambda line: print(line, file=sys.stderr)))
+            folder = pretrained.prepare(args.name, log=lambda line: print(line, file=sys.stderr))
+            damaged = pretrained.verify_folder(folder)  # every file's content, not only its size
+            if damaged:
+                raise pretrained.PretrainedModelError(
+                    f"{folder}: {', '.join(damaged)} differ from the manifest: delete the folder to convert again"
+                )
+            print(folder)
     elif args.command == "envs":
         from verl_mas.env import env_names, make_env
 

@@ -241,15 +241,17 @@ def target_problems(facts: Facts, target: str) -> list[str]:
 
 def composed(recipe: Path | None, target: str, overrides: tuple[str, ...] = ()) -> Any:
     """The config `python -m verl_mas.main` composes from `recipe` (None: verl-mas's own mas_trainer, as a command
-    typed by hand) for `target` with hydra `overrides`, its attention keys filled in as at start."""
+    typed by hand) for `target` with hydra `overrides`, as at start: a registered model's name replaced by its
+    converted folder (converting it once, as the run would) and the attention keys filled in."""
     from hydra import compose, initialize_config_dir
 
-    from verl_mas.main import CONFIG_DIR, fill_attention
+    from verl_mas.main import CONFIG_DIR, fill_attention, prepare_named_models
 
     where, name = (recipe.resolve().parent, recipe.stem) if recipe is not None else (CONFIG_DIR, "mas_trainer")
     platform = ["+platform=cpu"] if target == "cpu" else []
     with initialize_config_dir(config_dir=str(where), version_base=None):
         config = compose(name, overrides=[*platform, *overrides])
+    prepare_named_models(config)
     fill_attention(config)
     return config
 

@@ -30,7 +30,8 @@ def arms_table() -> str:
     lines = [["arm", "tune", "greedy (SE)", "sampled at 1 (SE)", f"sampled at {LOW_TEMPERATURE} (SE)",
               "invalid moves: greedy / sampled", "wall, min"]]  # fmt: skip
     for r in records():
-        tune = " ".join(r["overrides"]) or "the preset's"
+        # recorded without overrides when the preset's own tune was the arm's (regime.ARMS says which it was)
+        tune = " ".join(r["overrides"]) or f"{' '.join(ARMS[r['arm']])} (the preset's then)"
         boards = r["eval_tasks"]
         lines.append([
             f"`{r['arm']}`", tune, reading(r["greedy"], boards), reading(r["sampled"], boards),

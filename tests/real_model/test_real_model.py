@@ -8,22 +8,20 @@ engines start from a short tune that makes some moves readable.
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from verl_mas.cpu_run import run_on_cpu
 from verl_mas.dataset import write_dataset
+from verl_mas.local.export import export_policies
 from verl_mas.local.presets import SMOLLM2_OVERRIDES, resolve_train_config
 from verl_mas.local.reporting import read_metrics
-from verl_mas.local.train import LocalRun, train
+from verl_mas.local.train import train
 from verl_mas.overrides import parse_overrides
 
 pytestmark = pytest.mark.real_model
 
-MODEL = "smollm2-135m-instruct"
 ENV_OPTIONS = SMOLLM2_OVERRIDES["env_options"]
 # A quick tune at a high rate (the preset's 2e-5 takes longer to make moves readable): enough for varied rewards.
 TUNE = [
@@ -38,14 +36,13 @@ TUNE = [
 
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
-    """The model tuned from its name (the registry package's file, converted), saved in Hugging Face form."""
+    """The model tuned from its name (the registry package's file, converted), saved in Hugging Face form as
+    `verl-mas export` saves it."""
     folder = tmp_path_factory.mktemp("tuned")
     lines: list[str] = []
-    run = LocalRun(resolve_train_config(parse_overrides([*TUNE, f"output_dir={folder / 'run'}"])), log=lines.append)
+    config = resolve_train_config(parse_overrides([*TUNE, f"output_dir={folder / 'run'}"]))
+    assert export_policies(config, folder / "model", log=lines.append) == {"shared": folder / "model"}
     assert any(line.startswith("warm start shared:") for line in lines), lines
-    (model,) = run.models.values()
-    model.save_pretrained(str(folder / "model"))
-    run.tokenizer.save_pretrained(str(folder / "model"))
     return folder / "model"
 
 
@@ -62,7 +59,6 @@ def test_the_local_engine_trains_a_team_of_the_real_model(tuned, tmp_path):
     assert start.keys() <= trained.keys()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs the cpu extra (make test installs it)")
 def test_verls_real_stack_trains_the_real_model(tuned, tmp_path):
     data = write_dataset("plan_path", tmp_path / "data", n_train=4, n_eval=2, seed=0, options=ENV_OPTIONS)
     run = run_on_cpu(

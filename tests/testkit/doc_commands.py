@@ -274,7 +274,7 @@ class DocSession:
         if args.command in ("data", "envs"):
             with contextlib.redirect_stdout(io.StringIO()):
                 cli._dispatch(args)
-        elif args.command in ("train", "eval"):
+        elif args.command in ("train", "eval", "export"):
             check_train_keys(args.command, args.overrides)
         elif args.command == "demo":
             from verl_mas.demo import demo_config
@@ -433,8 +433,8 @@ def check_pip(words: list[str]) -> None:
 
 
 def check_train_keys(command: str, overrides: list[str]) -> None:
-    """`verl-mas train`/`eval` keys build a training config as the command does (eval's own keys taken out first),
-    without reading a checkpoint or training."""
+    """`verl-mas train`/`eval`/`export` keys build a training config as the command does (eval's and export's own
+    keys taken out first), without reading a checkpoint or training."""
     from verl_mas.local.evaluate import EvalConfig
     from verl_mas.local.presets import resolve_train_config
     from verl_mas.overrides import apply_overrides, parse_overrides
@@ -444,6 +444,11 @@ def check_train_keys(command: str, overrides: list[str]) -> None:
     if command == "eval":
         eval_keys = tuple(f.name for f in dataclasses.fields(EvalConfig))
         apply_overrides(EvalConfig(), {k: parsed.pop(k) for k in eval_keys if k in parsed})
+    if command == "export":
+        eval_keys = ("out", "checkpoint")
+        if not parsed.pop("out", ""):
+            raise CommandFailed("export: out=DIR is required")
+        parsed.pop("checkpoint", None)
     resolve_train_config(parsed, other_keys=eval_keys)
 
 

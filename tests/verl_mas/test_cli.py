@@ -240,3 +240,27 @@ def test_data_command_refuses_a_recipe_it_cannot_use(tmp_path, capsys, text, mes
     args = ["data", "--env", "sudoku", "--out", str(tmp_path / "d"), "--options-from", str(recipe)]
     assert main(args) == 2
     assert message in capsys.readouterr().err and not (tmp_path / "d").exists()
+
+
+def test_export_writes_a_checkpoints_weights_as_a_hugging_face_folder(tmp_path, capsys):
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run = tmp_path / "run"
+    assert main(["train", "preset=smoke", "steps=1", "checkpoint_every=1", "eval_tasks=1", f"output_dir={run}"]) == 0
+    assert main(["export", f"out={tmp_path / 'hf'}", f"checkpoint={run}", "progress=false"]) == 0
+    trained = torch.load(run / "checkpoints" / "step_00000001" / "model_shared.pt", weights_only=True)
+    exported = load_file(tmp_path / "hf" / "model.safetensors")
+    assert trained.keys() >= exported.keys() and len(exported) > 0
+    assert all(torch.equal(exported[name], trained[name]) for name in exported)
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"))  # the folder loads as any HF model does
+    tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert model.config.vocab_size >= len(tokenizer)
+    assert f"export: policy shared -> {tmp_path / 'hf'}" in capsys.readouterr().out
+    assert main(["export", f"out={tmp_path / 'hf'}", f"checkpoint={run}"]) == 2  # never over another export
+    assert "is not empty; choose a new directory" in capsys.readouterr().err
+    assert main(["export", f"checkpoint={run}"]) == 2
+    assert "out: the folder the model goes to is required" in capsys.readouterr().err
+    assert main(["export", f"out={tmp_path / 'other'}", f"checkpoint={run}", "preset=smoke"]) == 2
+    assert "preset: a checkpoint brings the config it was trained with" in capsys.readouterr().err

@@ -168,3 +168,49 @@ def test_a_damaged_folder_is_told_from_a_good_one(tmp_path):
     (folder / MANIFEST).unlink()
     with pytest.raises(PretrainedModelError, match=r"has no readable verl_mas_model.json"):
         check_sizes(folder)
+
+
+def test_the_status_line_tells_ready_not_converted_and_damaged(folder, monkeypatch, tmp_path):
+    assert pretrained.status(NAME) == f"ready at {folder}"
+    monkeypatch.setenv(pretrained.CACHE_ENV, str(tmp_path))  # an empty cache: installed, never converted
+    assert pretrained.status(NAME).startswith(f"installed, not converted yet (verl-mas model {NAME}:")
+    damaged = damaged_copy(tmp_path, same_size=False)
+    assert pretrained.status(NAME) == f"damaged: {damaged / 'config.json'} is missing or has the wrong size: " + (
+        f"delete {damaged} and it is converted again"
+    )
+
+
+def damaged_copy(cache, same_size: bool):
+    """A converted folder in `cache` (as `prepare` would find it) whose config.json differs from its manifest."""
+    source = pretrained.source_file(SPEC)
+    memo = pretrained._digest_memo(SPEC, source)
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    memo.write_text("ab" * 32)
+    copy = pretrained.folder_for(NAME, "ab" * 32)
+    copy.mkdir()
+    (copy / "config.json").write_text("{}" if same_size else "{ }")
+    entry = {"bytes": 2, "sha256": hashlib.sha256(b"[]").hexdigest()}
+    (copy / MANIFEST).write_text(json.dumps({"files": {"config.json": entry}}))
+    return copy
+
+
+def test_the_model_command_lists_prepares_and_checks_every_files_content(folder, monkeypatch, tmp_path, capsys):
+    from verl_mas.cli import main
+
+    assert main(["model"]) == 0
+    assert capsys.readouterr().out.startswith(f"{NAME:<24} {SPEC.distribution}: ")
+    assert main(["model", NAME]) == 0
+    assert capsys.readouterr().out == f"{folder}\n"
+    monkeypatch.setenv(pretrained.CACHE_ENV, str(tmp_path))
+    copy = damaged_copy(tmp_path, same_size=True)  # the size check passes; only the content check sees it
+    assert main(["model", NAME]) != 0
+    assert f"{copy}: config.json differ from the manifest: delete the folder" in capsys.readouterr().err
+
+
+def test_the_doctors_memory_plan_takes_the_name(folder):
+    from verl_mas import doctor
+
+    overrides = (f"actor_rollout_ref.model.path={NAME}",)
+    assert doctor.composed(None, "gpu", overrides).actor_rollout_ref.model.path == str(folder)
+    lines, problems = doctor.memory_problems(None, overrides, 80, 1024)
+    assert problems == [] and "memory plan per GPU of 80.0 GiB" in "\n".join(lines)
