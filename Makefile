@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 # bootstrap/venv_install.py installs with uv from the sources pip is configured with (pip where uv fails).
-$(STAMP): pyproject.toml requirements-test.txt requirements-cpu.txt bootstrap/venv_install.py
+$(STAMP): Makefile pyproject.toml requirements-test.txt requirements-cpu.txt bootstrap/venv_install.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	rm -rf verl_mas.egg-info  # stale metadata in the checkout would shadow the installed entry points
 	$(PY) bootstrap/venv_install.py "torch==2.13.0" -e ".[test,cpu]"
