@@ -15,6 +15,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
 from verl_mas import pretrained
+from verl_mas.dataset import split_tasks
+from verl_mas.env import env_names, make_env
 from verl_mas.local.generator import SamplingConfig, eos_token_ids, sample_batch
 from verl_mas.local.tokenizer import load_tokenizer, render_prompt
 from verl_mas.main import prepare_named_models
@@ -86,6 +88,16 @@ def test_the_local_engine_builds_the_prompt_ids_verls_agent_loop_builds(folder):
     ]
     for messages in conversations:
         assert render_prompt(tokenizer, messages) == list(builder.build_initial_tokens(messages))
+    # every environment's own observations, each role's, on the first turn and after a wrong move
+    for name in env_names():
+        (task,) = split_tasks(name, "train", 1, 0, {})
+        env = make_env(name)
+        env.reset(task)
+        for role in env.workflow().roles * 2:
+            messages = env.observe(role)
+            assert render_prompt(tokenizer, messages) == list(builder.build_initial_tokens(messages)), (name, role)
+            if env.step(role, "no move here").done:
+                break
 
 
 def test_greedy_generation_answers_and_stops_at_the_end_of_its_turn(folder):
