@@ -11,6 +11,8 @@ from verl_mas.stats import markdown_table
 
 DATA = Path(__file__).resolve().parent / "data"
 RESULT_FILE = "real_model.json"
+PRESET_FILE = "preset_smollm2.json"  # benchmarks/time_preset.py
+MODEL = "smollm2-135m-instruct"
 GOAL_S = 90.0  # the issue's goal for one AT-GRPO step at the study's batch on 2 free cores
 
 
@@ -66,5 +68,28 @@ def headline() -> str:
     )
 
 
+def preset_table() -> str:
+    """The preset end to end (benchmarks/time_preset.py): the conversion, then the training command by part."""
+    path = DATA / PRESET_FILE
+    if not path.exists():
+        return "Not timed yet."
+    found = json.loads(path.read_text())
+    total = found["conversion_s"] + found["train_s"]
+    lines = [
+        ["part", "wall, min"],
+        [f"`verl-mas model {MODEL}` into an empty cache (the conversion)", f"{found['conversion_s'] / 60:.1f}"],
+        [f"`{found['train_command']}`", f"{found['train_s'] / 60:.1f}"],
+        ["- loading and the format tune", f"{found['load_and_tune_s'] / 60:.1f}"],
+        [f"- {found['evaluations']} evaluations (greedy and sampled)", f"{found['evaluation_s'] / 60:.1f}"],
+        [f"- {found['rl_steps']} AT-GRPO steps (median {found['step_s_median']:.1f} s)", f"{found['rl_s'] / 60:.1f}"],
+        ["both commands", f"{total / 60:.1f}"],
+    ]
+    return markdown_table(lines) + (
+        f"\n\n{found['date']}, one run on {found['cpus']} cores (`{found['command']}`). Held-out greedy success "
+        f"{found['greedy'][0]:.3f} -> {found['greedy'][1]:.3f}, sampled {found['sampled'][0]:.3f} -> "
+        f"{found['sampled'][1]:.3f} (one seed: a check that it runs, not a learning result)."
+    )
+
+
 def tables() -> dict[str, str]:
-    return {"speed": speed_table(), "headline": headline()}
+    return {"speed": speed_table(), "headline": headline(), "preset": preset_table()}

@@ -406,9 +406,10 @@ def train(
         callback.started(run, start)
     if saved is None:
         log(f"evaluating before RL on {config.eval_tasks} boards")
+        started = time.perf_counter()
         before, before_metrics = run.evaluate()
         log(f"eval success before RL: {before:.3f}")
-        history = [{"step": 0} | before_metrics]
+        history = [{"step": 0} | before_metrics | {"time/eval_s": time.perf_counter() - started}]
     else:
         log(f"resumed from {checkpoint} at step {start}")
         current = json.loads(config_json(config))
