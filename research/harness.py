@@ -126,7 +126,8 @@ def run_method(
 
 
 def reused_wall_s(history: list[dict[str, Any]]) -> float:
-    """A reused run's time from its metrics: its steps and evaluations (the first evaluation is not timed)."""
+    """A reused run's time from its metrics: its steps and evaluations (runs recorded before the evaluation before RL
+    was timed leave that one out)."""
     return sum(row.get("time/step_s", 0.0) + row.get("time/eval_s", 0.0) for row in history)
 
 
