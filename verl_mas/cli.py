@@ -114,20 +114,18 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawTextHelpFormatter,
     )
     train.add_argument("overrides", nargs="*", help="key=value overrides of the training config")
-    evaluation = sub.add_parser(
-        "eval",
-        help="evaluate a checkpoint (or a fresh warm start) on the evaluation split",
-        describe=lambda: EVAL_HELP + "\n\nthe training keys rebuild the policies:\n" + _train_help(),
-        formatter_class=argparse.RawTextHelpFormatter,
-    )
-    evaluation.add_argument("overrides", nargs="*", help="key=value: eval keys, then training-config keys")
-    export = sub.add_parser(
-        "export",
-        help="save a run's policies (a checkpoint's, or a fresh warm start's) as Hugging Face folders",
-        describe=lambda: EXPORT_HELP + "\n\nthe training keys rebuild the policies:\n" + _train_help(),
-        formatter_class=argparse.RawTextHelpFormatter,
-    )
-    export.add_argument("overrides", nargs="*", help="key=value: out, checkpoint, then training-config keys")
+    # eval and export rebuild a run's policies: their own keys, then the training config's
+    for name, summary, own_keys in (
+        ("eval", "evaluate a checkpoint (or a fresh warm start) on the evaluation split", EVAL_HELP),
+        ("export", "save a run's policies (a checkpoint's or a fresh warm start's) as HF folders", EXPORT_HELP),
+    ):
+        rebuilding = sub.add_parser(
+            name,
+            help=summary,
+            describe=lambda own=own_keys: own + "\n\nthe training keys rebuild the policies:\n" + _train_help(),
+            formatter_class=argparse.RawTextHelpFormatter,
+        )
+        rebuilding.add_argument("overrides", nargs="*", help=f"key=value: {name}'s own keys, then training-config keys")
     ablate = sub.add_parser(
         "ablate",
         help="arms that differ in one training key (grouping), paired per seed from one shared warm start",
