@@ -140,7 +140,7 @@ def prepare(name: str, log: Callable[[str], None] | None = None) -> Path:
         for stale in final.parent.glob(f".{final.name}.*"):  # a conversion killed part way; this one holds the lock
             shutil.rmtree(stale, ignore_errors=True)
         if log is not None:
-            log(f"converting {source.name} into {final} (once; about 20 s)")
+            log(f"converting {source.name} into {final} (once; about 30 s)")
         staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
         try:
             convert(spec, source, digest, staging)
@@ -166,7 +166,7 @@ def status(name: str) -> str:
         except PretrainedModelError as error:
             return f"damaged: {error}"
         return f"ready at {folder}"
-    return f"installed, not converted yet (verl-mas model {name}: about 20 s, 0.5 GB on disk)"
+    return f"installed, not converted yet (verl-mas model {name}: about 30 s, 0.5 GB on disk)"
 
 
 def _spec(name: str) -> GgufModel:

@@ -38,7 +38,7 @@ SPEC = PRETRAINED[NAME]
 
 @pytest.fixture(scope="module")
 def folder():
-    """The real conversion, into the user's cache as `verl-mas model` makes it (once per machine; about 20 s)."""
+    """The real conversion, into the user's cache as `verl-mas model` makes it (once per machine; about 30 s)."""
     return prepare(NAME)
 
 
