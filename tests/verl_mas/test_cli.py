@@ -249,10 +249,13 @@ def test_export_writes_a_checkpoints_weights_as_a_hugging_face_folder(tmp_path, 
 
     run = tmp_path / "run"
     assert main(["train", "preset=smoke", "steps=1", "checkpoint_every=1", "eval_tasks=1", f"output_dir={run}"]) == 0
+    before = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    assert before["step"] == 0 and before["time/eval_s"] > 0  # the evaluation before RL is timed as later ones are
     assert main(["export", f"out={tmp_path / 'hf'}", f"checkpoint={run}", "progress=false"]) == 0
     trained = torch.load(run / "checkpoints" / "step_00000001" / "model_shared.pt", weights_only=True)
     exported = load_file(tmp_path / "hf" / "model.safetensors")
-    assert trained.keys() >= exported.keys() and len(exported) > 0
+    assert set(trained) - set(exported) <= {"lm_head.weight"} <= set(trained)  # only the tied output layer is left out
+    assert set(exported) <= set(trained)
     assert all(torch.equal(exported[name], trained[name]) for name in exported)
     model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"))  # the folder loads as any HF model does
     tokenizer = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
@@ -261,6 +264,8 @@ def test_export_writes_a_checkpoints_weights_as_a_hugging_face_folder(tmp_path, 
     assert main(["export", f"out={tmp_path / 'hf'}", f"checkpoint={run}"]) == 2  # never over another export
     assert "is not empty; choose a new directory" in capsys.readouterr().err
     assert main(["export", f"checkpoint={run}"]) == 2
+    assert "out: the folder the model goes to is required" in capsys.readouterr().err
+    assert main(["export", "out=null", f"checkpoint={run}"]) == 2  # YAML's null is no folder name
     assert "out: the folder the model goes to is required" in capsys.readouterr().err
     assert main(["export", f"out={tmp_path / 'other'}", f"checkpoint={run}", "preset=smoke"]) == 2
     assert "preset: a checkpoint brings the config it was trained with" in capsys.readouterr().err

@@ -38,7 +38,7 @@ SPEC = PRETRAINED[NAME]
 
 @pytest.fixture(scope="module")
 def folder():
-    """The real conversion, into the user's cache as `verl-mas model` makes it (once per machine; about 30 s)."""
+    """The real conversion, into the user's cache as `verl-mas model` makes it (once per test process; about 30 s)."""
     return prepare(NAME)
 
 
@@ -219,7 +219,7 @@ def test_the_model_command_lists_prepares_and_checks_every_files_content(folder,
     monkeypatch.setenv(pretrained.CACHE_ENV, str(tmp_path))
     copy = damaged_copy(tmp_path, same_size=True)  # the size check passes; only the content check sees it
     assert main(["model", NAME]) != 0
-    assert f"{copy}: config.json differ from the manifest: delete the folder" in capsys.readouterr().err
+    assert f"{copy}: config.json: content differs from the manifest; delete it" in capsys.readouterr().err
 
 
 def test_the_doctors_memory_plan_takes_the_name(folder):

@@ -158,7 +158,7 @@ def test_the_learning_figures_from_hand_made_runs(tmp_path):
     # at_grpo's sampled after minus the start at 0.5: 0.4 - 0.25 and 0.2 - 0.15 -> mean +0.100; above in 2 of 2
     assert "+0.100" in figures.sharpening_text(found) and "in 2 of 2 seeds" in figures.sharpening_text(found)
     assert figures.validity_text(found).startswith("Validity check (the training reward rises in at least 2 of 3")
-    assert "open; it rises in 1 of 2 finished `at_grpo` runs (seeds 0)." in figures.validity_text(found)
+    assert "open; it rises in 1 of 2 finished `at_grpo` runs (seed 0)." in figures.validity_text(found)
     assert figures.headline(found).endswith("n = 2 seeds (interim: 2 of 3 seeds)")
     assert "interim: not a result" in figures.gains_table(found)
     # seed 0's at_grpo: reward 0.0 / 1.0 over the first and last 10 steps, zero-variance groups 0.5 / 1.0
