@@ -53,10 +53,11 @@ def main() -> None:
     steps = [row["time/step_s"] for row in rows if "time/step_s" in row]
     evals = [row["time/eval_s"] for row in rows if "time/eval_s" in row]
     readings = [row for row in rows if "eval/success" in row]
+    overrides = "".join(f" {override}" for override in args.overrides)
     found = {
         "date": time.strftime("%Y-%m-%d"),
-        "command": "python benchmarks/time_preset.py" + "".join(f" {o}" for o in args.overrides),
-        "train_command": "verl-mas train preset=smollm2" + "".join(f" {o}" for o in args.overrides),
+        "command": f"python benchmarks/time_preset.py{overrides}",
+        "train_command": f"verl-mas train preset=smollm2{overrides}",
         "cpus": os.cpu_count(),
         "conversion_s": round(conversion_s, 1),
         "train_s": round(train_s, 1),

@@ -188,6 +188,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+EXPORT_KEYS = ("out", "checkpoint")
+
+
+def take_export_keys(overrides: dict) -> tuple[str, str]:
+    """Pop export's own keys from `overrides`: (out, checkpoint), `out` required and both paths."""
+    out, checkpoint = overrides.pop("out", ""), overrides.pop("checkpoint", "")
+    if not isinstance(out, str) or not out:
+        raise ValueError(f"out: the folder the model goes to is required, e.g. out=runs/tuned_model (got {out!r})")
+    if not isinstance(checkpoint, str):
+        raise ValueError(f"checkpoint: a path, got {checkpoint!r}")
+    return out, checkpoint
+
+
 def _checkpoint_config(checkpoint_arg: str, overrides: dict, other_keys: tuple[str, ...]):
     """(the checkpoint `checkpoint_arg` names or None, the training config: the checkpoint's own, else the default or
     a preset's, with `overrides` on top); a checkpoint with a preset is refused, as it brings its own config."""
@@ -237,12 +250,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from verl_mas.local.export import export_policies
 
         overrides = parse_overrides(args.overrides)
-        out, checkpoint_arg = overrides.pop("out", ""), overrides.pop("checkpoint", "")
-        if not isinstance(out, str) or not out:
-            raise ValueError(f"out: the folder the model goes to is required, e.g. out=runs/tuned_model (got {out!r})")
-        if not isinstance(checkpoint_arg, str):
-            raise ValueError(f"checkpoint: a path, got {checkpoint_arg!r}")
-        checkpoint, config = _checkpoint_config(checkpoint_arg, overrides, ("out", "checkpoint"))
+        out, checkpoint_arg = take_export_keys(overrides)
+        checkpoint, config = _checkpoint_config(checkpoint_arg, overrides, EXPORT_KEYS)
         export_policies(config, out, checkpoint)
     elif args.command == "ablate":
         from verl_mas.local.ablate import REPORT_JSON, REPORT_MARKDOWN, plan_ablation, run_ablation

@@ -23,8 +23,8 @@ from verl_mas.data_files import write_text_atomic
 
 MANIFEST = "verl_mas_model.json"
 CACHE_ENV = "VERL_MAS_CACHE"
-# A probe the conversion check encodes and scores with both the GGUF model and the saved folder.
 GGUF_READER = "gguf==0.19.0"  # transformers reads GGUF files through it
+# A probe the conversion check encodes and scores with both the GGUF model and the saved folder.
 PROBE_MESSAGES = ({"role": "user", "content": "Move from S to G on the grid. Reply with the moves."},)
 
 

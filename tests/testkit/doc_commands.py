@@ -445,10 +445,8 @@ def check_train_keys(command: str, overrides: list[str]) -> None:
         eval_keys = tuple(f.name for f in dataclasses.fields(EvalConfig))
         apply_overrides(EvalConfig(), {k: parsed.pop(k) for k in eval_keys if k in parsed})
     if command == "export":
-        eval_keys = ("out", "checkpoint")
-        if not parsed.pop("out", ""):
-            raise CommandFailed("export: out=DIR is required")
-        parsed.pop("checkpoint", None)
+        cli.take_export_keys(parsed)
+        eval_keys = cli.EXPORT_KEYS
     resolve_train_config(parsed, other_keys=eval_keys)
 
 
