@@ -16,6 +16,10 @@ Replies are read with `verl_mas.env.replies.answer_part` (outside reasoning, the
 with no readable answer, and in code mode a reply with no program or a program that fails or prints no answer,
 is an invalid move with local reward `INVALID_OUTPUT_REWARD`; its reason is shown to the plan agent.
 
+Prompts: the rules' prose (default) or `brief_prompts` (the board and the question only); either may open with
+`worked_example`, one solved first turn on a fixed training board (its prompt and the expert's reply) that a small
+pretrained chat model copies the reply's form from.
+
 A puzzle subclasses `ToolPlanEnv` with its rules: the board, how an answer is read, what a proposal and a commit
 do and earn, the team reward, and the prompts.
 """
@@ -57,9 +61,13 @@ class ToolPlanConfig:
     # Prompts without the rules' prose: tiny models trained from scratch learn the rules from the warm start, and
     # a prompt a third as long makes their training three times cheaper.
     brief_prompts: bool = False
+    # Before the task, one solved turn on a training board (its prompt and the expert's reply): a small pretrained
+    # chat model copies a shown reply's form where it ignores a described one (SmolLM2-135M writes no move line
+    # from either prompt above, and the move line after one example).
+    worked_example: bool = False
 
     def __post_init__(self) -> None:
-        require_flags(self, "single_agent", "brief_prompts")
+        require_flags(self, "single_agent", "brief_prompts", "worked_example")
         if self.tool_mode not in ("code", "compact"):
             raise ValueError(f"tool_mode must be 'code' or 'compact', got {self.tool_mode!r}")
         require_ints(self, max_turns=1)
@@ -103,6 +111,10 @@ class EpisodeState:
 
 # (environment class, config) -> why no board can be built, None if one can: see ToolPlanEnv._check_buildable
 _build_problems: dict[tuple[type, ToolPlanConfig], str | None] = {}
+# (environment class, config, role) -> the worked example's two messages: see ToolPlanEnv._worked_example
+_worked_examples: dict[tuple[type, ToolPlanConfig, str], tuple[Message, Message]] = {}
+# The worked example's board: a training board far from the seeds runs draw, the same for every task of a config.
+WORKED_EXAMPLE_SEED = 2**31 - 1
 
 BoardT = TypeVar("BoardT")
 C = TypeVar("C", bound=ToolPlanConfig)
@@ -214,8 +226,10 @@ class ToolPlanEnv(MultiAgentEnv, Generic[C, BoardT, S, A]):
 
     def observe(self, role: str) -> list[Message]:
         self._check_role(role)
+        example = self._worked_example(role) if self.config.worked_example else ()
         return [
             {"role": "system", "content": self._system_prompt(role)},
+            *example,
             {"role": "user", "content": self.user_prompt(role)},
         ]
 
@@ -282,6 +296,24 @@ class ToolPlanEnv(MultiAgentEnv, Generic[C, BoardT, S, A]):
         if not self.config.brief_prompts:
             return self.full_system_prompt(role)
         return f"You solve the {self.puzzle_noun} alone." if self.config.single_agent else f"You are the {role} agent."
+
+    def _worked_example(self, role: str) -> tuple[Message, Message]:
+        """The first turn of `role` on the example board, as the prompt shows it, and the expert's reply to it (for
+        the plan agent of a team, after the tool's expert proposal). Once per class, config and role."""
+        key = (type(self), self.config, role)
+        if key not in _worked_examples:
+            example = self.clone()
+            example.load(example.generate_board(WORKED_EXAMPLE_SEED, "train"))
+            if role == "plan" and not self.config.single_agent:
+                # propose, not step: in code mode a step would run the expert program in the sandbox
+                example._state, _ = example.propose(example.read_answer(example.expert_answer()))
+            reply = example.expert(role)
+            assert reply is not None  # a fresh example board is never finished
+            _worked_examples[key] = (
+                {"role": "user", "content": example.user_prompt(role)},
+                {"role": "assistant", "content": reply},
+            )
+        return _worked_examples[key]
 
     def _check_buildable(self) -> None:
         """Options that pass their checks yet can never give a board (e.g. a room too small to push a box in) are

@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from research.smollm2_regime.regime import ARMS, LOW_TEMPERATURE
+from research.smollm2_regime.regime import ARMS, DESIGNS, LOW_TEMPERATURE
 from verl_mas.stats import markdown_table, number
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -42,26 +42,39 @@ def arms_table() -> str:
     return markdown_table(lines) + f"\n\nSeed 0, {', '.join(map(str, sorted(boards)))} evaluation boards per reading."
 
 
-def choice_text() -> str:
-    """The rule's reading: the cheapest team arm (in the design's order) with greedy success inside the band."""
-    done = records()
+def choice_text(design: str) -> str:
+    """The design's rule: its cheapest team arm (in the design's order) with greedy success inside the band."""
+    done = [r for r in records() if r["arm"] in DESIGNS[design]]
     chosen = [r["arm"] for r in done if r["arm"].startswith("team_") and BAND[0] <= r["greedy"] <= BAND[1]]
-    waiting = [name for name in ARMS if name not in {r["arm"] for r in done}]
+    waiting = [name for name in DESIGNS[design] if name not in {r["arm"] for r in done}]
     if chosen:
         greedy = next(r["greedy"] for r in done if r["arm"] == chosen[0])
-        return f"The rule chooses `{chosen[0]}` (greedy {number(greedy)})."
+        return f"The {design} design's rule chooses `{chosen[0]}` (greedy {number(greedy)})."
     left = f"not run yet: {', '.join(f'`{name}`' for name in waiting)}." if waiting else "none is left to run."
-    return f"No arm run so far meets the rule (team greedy success in [{BAND[0]}, {BAND[1]}]); {left}"
+    return (
+        f"No arm of the {design} design run so far meets its rule (team greedy success in [{BAND[0]}, {BAND[1]}]); "
+        f"{left}"
+    )
+
+
+def zero_shot_text(arm: str) -> str:
+    zero = next((r for r in records() if r["arm"] == arm), None)
+    if zero is None:
+        return f"`{arm}` not run yet."
+    return f"`{arm}`: greedy success {number(zero['greedy'])}, {number(zero['invalid_greedy'])} of its moves invalid."
 
 
 def headline() -> str:
-    zero = next((r for r in records() if r["arm"] == "team_zero_shot"), None)
-    text = choice_text()
-    if zero is not None:
-        invalid = number(zero["invalid_greedy"])
-        text = f"Zero-shot team greedy success {number(zero['greedy'])}, {invalid} of its moves invalid. {text}"
-    return text
+    return " ".join(
+        [zero_shot_text("team_zero_shot"), choice_text("first"), zero_shot_text("team_zero_shot_example"),
+         choice_text("second")]
+    )  # fmt: skip
 
 
 def tables() -> dict[str, str]:
-    return {"arms": arms_table(), "choice": choice_text(), "headline": headline()}
+    return {
+        "arms": arms_table(),
+        "choice": choice_text("first"),
+        "choice_second": choice_text("second"),
+        "headline": headline(),
+    }

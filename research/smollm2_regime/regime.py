@@ -30,13 +30,22 @@ WARM_START_DIR = "warm_start"
 LOW_TEMPERATURE = 0.5  # the sharpening baseline: a sampled gain below this one's level is not learning
 # Every arm: the smollm2 preset at seed 0, 64 evaluation boards, one sampled episode a board at each temperature.
 COMMON = ["preset=smollm2", "seed=0", "eval_tasks=64", "eval_samples=1", "steps=0", "progress=false"]
-# The design (README.md): fixed before the first run of this study.
-ARMS: dict[str, list[str]] = {
-    "team_zero_shot": ["warm_start.epochs=0"],
-    "team_tune1": ["warm_start.epochs=1"],  # recorded as [] when the preset tuned 1 epoch
-    "team_tune3": ["warm_start.epochs=3"],
-    "single_tune3": ["warm_start.epochs=3", "env_options.single_agent=true"],
+EXAMPLE = "env_options.worked_example=true"  # prompts written for this model: one solved turn shown first
+# The designs (README.md), each fixed before its first run; a design's rule chooses among its own team arms.
+DESIGNS: dict[str, dict[str, list[str]]] = {
+    "first": {
+        "team_zero_shot": ["warm_start.epochs=0"],
+        "team_tune1": ["warm_start.epochs=1"],  # recorded as [] when the preset tuned 1 epoch
+        "team_tune3": ["warm_start.epochs=3"],
+        "single_tune3": ["warm_start.epochs=3", "env_options.single_agent=true"],
+    },
+    "second": {
+        "team_zero_shot_example": ["warm_start.epochs=0", EXAMPLE],
+        "team_tune1_example": ["warm_start.epochs=1", EXAMPLE],
+        "team_tune3_example": ["warm_start.epochs=3", EXAMPLE],
+    },
 }
+ARMS: dict[str, list[str]] = {name: arm for design in DESIGNS.values() for name, arm in design.items()}
 
 
 def arm_config(name: str, out: Path):

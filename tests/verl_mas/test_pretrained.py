@@ -89,9 +89,12 @@ def test_the_local_engine_builds_the_prompt_ids_verls_agent_loop_builds(folder):
     for messages in conversations:
         assert render_prompt(tokenizer, messages) == list(builder.build_initial_tokens(messages))
     # every environment's own observations, each role's, on the first turn and after a wrong move
-    for name in env_names():
+    # and the puzzles' prompts with a worked example (an assistant turn inside the prompt)
+    cases = [(name, {}) for name in env_names()]
+    cases += [(name, {"worked_example": True}) for name in ("plan_path", "sokoban", "sudoku")]
+    for name, options in cases:
         (task,) = split_tasks(name, "train", 1, 0, {})
-        env = make_env(name)
+        env = make_env(name, **options)
         env.reset(task)
         for role in env.workflow().roles * 2:
             messages = env.observe(role)

@@ -24,8 +24,12 @@ def test_the_regime_arms_are_the_designs(tmp_path):
         "team_tune1": 1,
         "team_tune3": 3,
         "single_tune3": 3,
+        "team_zero_shot_example": 0,
+        "team_tune1_example": 1,
+        "team_tune3_example": 3,
     }
     for name, config in configs.items():
+        assert config.env_options.get("worked_example", False) == (name in regime.DESIGNS["second"])
         tune = resolved_warm_start(config)
         assert config.model.path == "smollm2-135m-instruct" and trains_warm_start(
             config
@@ -87,12 +91,16 @@ def test_the_regime_rule_takes_the_cheapest_team_arm_inside_the_band(tmp_path, m
         (tmp_path / figures.RUNS_FILE).write_text("".join(json.dumps(r) + "\n" for r in recorded))
 
     write(regime_record("team_tune3", 0.25), regime_record("team_zero_shot", 0.0))
-    assert figures.choice_text() == "The rule chooses `team_tune3` (greedy 0.250)."
+    assert figures.choice_text("first") == "The first design's rule chooses `team_tune3` (greedy 0.250)."
+    assert figures.choice_text("second").startswith("No arm of the second design run so far")  # its own arms only
     write(regime_record("team_tune1", 0.09), regime_record("single_tune3", 0.3))  # below the band; not a team arm
-    assert figures.choice_text().startswith("No arm run so far meets the rule")
-    assert "not run yet: `team_zero_shot`, `team_tune3`." in figures.choice_text()
+    assert figures.choice_text("first").startswith("No arm of the first design run so far meets its rule")
+    assert "not run yet: `team_zero_shot`, `team_tune3`." in figures.choice_text("first")
+    write(regime_record("team_tune3_example", 0.1), regime_record("team_tune1_example", 0.6))  # both band edges
+    assert figures.choice_text("second") == "The second design's rule chooses `team_tune1_example` (greedy 0.600)."
     write(*(regime_record(arm, 0.7) for arm in regime.ARMS))  # all above it
-    assert figures.choice_text().endswith("none is left to run.")
+    assert figures.choice_text("first").endswith("none is left to run.")
+    assert figures.headline().startswith("`team_zero_shot`: greedy success 0.700, 0.250 of its moves invalid.")
     table = figures.arms_table()
     assert table.splitlines()[2].startswith(
         "| `team_zero_shot` | warm_start.epochs=0 | 0.700 (0.057) |"
