@@ -13,6 +13,8 @@ from research.smollm2_regime.regime import LOW_TEMPERATURE
 from verl_mas.stats import PairedSummary, holm_adjusted, markdown_table, number, paired_p_value, paired_summary
 
 DATA = Path(__file__).resolve().parent / "data"
+# Each design's runs (README.md): a block's name takes the suffix, its data the file.
+DESIGN_FILES = {"": RUNS_FILE, "_second": "runs_second.jsonl"}
 DESIGN_SEEDS = (0, 1, 2)
 LOW = f"sampled_t{LOW_TEMPERATURE}"
 ENDPOINTS = {"greedy": "greedy", "sampled": "sampled at 1", LOW: f"sampled at {LOW_TEMPERATURE}"}  # primary first
@@ -21,9 +23,9 @@ ENDPOINTS = {"greedy": "greedy", "sampled": "sampled at 1", LOW: f"sampled at {L
 RISE_WINDOW = 10
 
 
-def records(folder: Path = DATA) -> dict[tuple[int, str], dict]:
+def records(folder: Path = DATA, file: str = RUNS_FILE) -> dict[tuple[int, str], dict]:
     """Every finished (seed, arm), in the design's order; a pair recorded twice is an error, never a silent pick."""
-    path = folder / RUNS_FILE
+    path = folder / file
     found: dict[tuple[int, str], dict] = {}
     for line in path.read_text().splitlines() if path.exists() else []:
         record = json.loads(line)
@@ -132,10 +134,13 @@ def headline(found: dict[tuple[int, str], dict]) -> str:
 
 
 def tables(folder: Path = DATA) -> dict[str, str]:
-    found = records(folder)
-    return {
-        "runs": runs_table(found),
-        "gains": gains_table(found),
-        "checks": "\n\n".join([validity_text(found), sharpening_text(found), noise_floor_text(found)]),
-        "headline": headline(found),
-    }
+    blocks: dict[str, str] = {}
+    for suffix, file in DESIGN_FILES.items():
+        found = records(folder, file)
+        blocks |= {
+            f"runs{suffix}": runs_table(found),
+            f"gains{suffix}": gains_table(found),
+            f"checks{suffix}": "\n\n".join([validity_text(found), sharpening_text(found), noise_floor_text(found)]),
+            f"headline{suffix}": headline(found),
+        }
+    return blocks
