@@ -20,7 +20,7 @@ from typing import Any
 
 from verl_mas.cpu_run import run_on_cpu
 from verl_mas.dataset import write_dataset
-from verl_mas.local.config import LocalTrainConfig, resolved_rates
+from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.export import export_policies
 from verl_mas.local.train import train
 from verl_mas.overrides import apply_overrides
@@ -53,7 +53,7 @@ def comparison_keys(args: argparse.Namespace) -> dict[str, Any]:
 
 def local_config(args: argparse.Namespace, out: Path) -> LocalTrainConfig:
     keys = {"update": {"mini_batch_size": args.mini_batch}, "output_dir": str(out)}
-    return resolved_rates(apply_overrides(LocalTrainConfig(), comparison_keys(args) | keys))
+    return apply_overrides(LocalTrainConfig(), comparison_keys(args) | keys)
 
 
 def write_boards(config: LocalTrainConfig, folder: Path) -> None:

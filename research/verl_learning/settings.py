@@ -7,7 +7,7 @@ from pathlib import Path
 
 from research.verl_cpu.verl_cpu import comparison_keys, verl_overrides
 from verl_mas.env import make_env
-from verl_mas.local.config import LocalTrainConfig, resolved_rates
+from verl_mas.local.config import LocalTrainConfig
 from verl_mas.local.presets import PRESETS
 from verl_mas.overrides import apply_overrides
 
@@ -35,12 +35,12 @@ def local_config(
         keys |= {"update": {"lr": lr}} if lr is not None else {}
         lora = ({"rank": rank} if rank is not None else {}) | ({"target_modules": targets} if targets else {})
         keys["lora"] = keys.get("lora", {}) | lora  # over the preset's LoRA keys, not in their place
-    return resolved_rates(apply_overrides(LocalTrainConfig(), comparison_keys(args) | keys))
+    return apply_overrides(LocalTrainConfig(), comparison_keys(args) | keys)
 
 
 def lora_preset() -> LocalTrainConfig:
     """The local `lora_per_role` preset's config: the settings an L2 run's names are told apart from."""
-    return resolved_rates(apply_overrides(LocalTrainConfig(), PRESETS[LORA_ROUTER].overrides))
+    return apply_overrides(LocalTrainConfig(), PRESETS[LORA_ROUTER].overrides)
 
 
 def lora_variant(config: LocalTrainConfig) -> str:

@@ -104,8 +104,8 @@ def train_case(name: str, overrides: list[str], says: str, workspace: Path) -> C
 
 
 CONFIG_CASES = [
-    ("nan lr", ["update.lr=nan"], "update.lr must be a finite number > 0 or null, got nan"),
-    ("negative lr", ["update.lr=-1"], "update.lr must be a finite number > 0 or null, got -1.0"),
+    ("nan lr", ["update.lr=nan"], "update.lr must be a finite number > 0, got nan"),
+    ("negative lr", ["update.lr=-1"], "update.lr must be a finite number > 0, got -1.0"),
     ("nan warm-start lr", ["warm_start.lr=nan"], "warm_start.lr must be a finite number > 0"),
     ("inf warm-start lr", ["warm_start.lr=.inf"], "warm_start.lr must be a finite number > 0 or null, got inf"),
     ("nan alpha", ["alpha=nan"], "alpha must be a finite number >= 0, got nan"),

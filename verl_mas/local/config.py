@@ -89,10 +89,6 @@ SCRATCH_WARM_START_LR = 3e-3
 # A short supervised tune of pretrained weights, at a rate common for fine-tuning models of this size; the scratch
 # rate, 3e-3, is 150 times it.
 PRETRAINED_WARM_START_LR = 2e-5
-# RL's rate: the tiny models from scratch learn at 3e-4; full fine-tuning of pretrained weights at that rate wrecks
-# them, so a loaded model takes the smollm2 preset's 1e-5.
-SCRATCH_RL_LR = 3e-4
-PRETRAINED_RL_LR = 1e-5
 
 
 def trains_warm_start(config: LocalTrainConfig) -> bool:
@@ -108,19 +104,6 @@ def resolved_warm_start(config: LocalTrainConfig) -> WarmStartConfig:
         return config.warm_start
     lr = PRETRAINED_WARM_START_LR if config.model.path else SCRATCH_WARM_START_LR
     return dataclasses.replace(config.warm_start, lr=lr)
-
-
-def resolved_update(config: LocalTrainConfig) -> UpdateConfig:
-    """`config.update` with a None lr filled in for the model's kind (loaded from `model.path`, or built from
-    scratch)."""
-    if config.update.lr is not None:
-        return config.update
-    return dataclasses.replace(config.update, lr=PRETRAINED_RL_LR if config.model.path else SCRATCH_RL_LR)
-
-
-def resolved_rates(config: LocalTrainConfig) -> LocalTrainConfig:
-    """`config` with the warm start's and RL's rates as they resolve for its model: the rates that run."""
-    return dataclasses.replace(config, warm_start=resolved_warm_start(config), update=resolved_update(config))
 
 
 @dataclass(frozen=True)
@@ -176,8 +159,7 @@ class LocalTrainConfig:
     model: ModelSpec = field(default_factory=ModelSpec)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     sampling: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=1.0, max_new_tokens=24))
-    # update.lr None: the model kind's rate (`resolved_update`)
-    update: UpdateConfig = field(default_factory=lambda: UpdateConfig(lr=None, weight_decay=0.0))
+    update: UpdateConfig = field(default_factory=lambda: UpdateConfig(lr=3e-4, weight_decay=0.0))
     # update.lr for the named policies instead (with router=per_role a policy is a role), so that one role's model
     # can learn at another rate than the rest: a role writing long programs breaks at rates others take.
     policy_lr: dict[str, float] = field(default_factory=dict)
@@ -292,7 +274,7 @@ NUMERIC_KEYS: dict[str, Range] = {
     "sampling.top_k": COUNT_OR_ZERO,
     "sampling.max_new_tokens": COUNT,
     "sampling.role_max_new_tokens": COUNT,
-    "update.lr": Range(0, low_open=True, optional=True),
+    "update.lr": RATE,
     "update.weight_decay": WEIGHT,
     "update.betas": Range(0, 1, high_open=True),
     "update.eps": RATE,
@@ -358,8 +340,9 @@ def _require_known(key: str, kind: str, names: Iterable[str], known: Sequence[st
 
 
 def config_json(config: LocalTrainConfig) -> str:
-    """The config as JSON, the warm start's and RL's lr as they resolve for this model (the rates that ran)."""
-    return json.dumps(dataclasses.asdict(resolved_rates(config)), indent=2, default=str)
+    """The config as JSON, the warm start's lr as it resolves for this model (the rate that ran)."""
+    resolved = dataclasses.replace(config, warm_start=resolved_warm_start(config))
+    return json.dumps(dataclasses.asdict(resolved), indent=2, default=str)
 
 
 def read_config(path: Path) -> LocalTrainConfig:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from peft import LoraConfig, get_peft_model
 
-from verl_mas.local.config import LocalTrainConfig, resolved_update, resolved_warm_start
+from verl_mas.local.config import LocalTrainConfig, resolved_warm_start
 from verl_mas.local.generator import PolicyModel
 from verl_mas.local.model import build_tiny_model, load_model
 from verl_mas.local.update import PolicyTrainer, UpdateConfig
@@ -122,5 +122,5 @@ class _PolicyBuilder:
             self.log(f"warm start {name}: {len(pairs)} expert moves, final loss {loss:.3f}")
 
     def _update_config(self, policy: str) -> UpdateConfig:
-        update = resolved_update(self.config)
-        return dataclasses.replace(update, lr=self.config.policy_lr.get(policy, update.lr))
+        lr = self.config.policy_lr.get(policy, self.config.update.lr)
+        return dataclasses.replace(self.config.update, lr=lr)

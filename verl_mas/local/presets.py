@@ -126,7 +126,7 @@ KEY_HELP: dict[str, str] = {
     "model": "model.path: any HF causal LM (its tokenizer too) or a name `verl-mas model` lists; empty: a tiny Llama",
     "warm_start": "supervised warm start on the environment's expert moves (loaded weights: with tune_loaded=true)",
     "sampling": "how responses are drawn (the update scores at sampling.temperature)",
-    "update": "the PPO update: verl's clipped policy loss with AdamW (update.lr null: 3e-4 tiny, 1e-5 loaded weights)",
+    "update": "the PPO update: verl's clipped policy loss with AdamW",
     "policy_lr": "update.lr for named policies instead, e.g. policy_lr.plan=1e-3 (router=per_role: one per role)",
     "lora": "lora.rank > 0: one base model with one LoRA adapter per policy instead of one model each",
     "rollout_mode": "tree (AT-GRPO) or independent (the no-tree ablation)",

@@ -25,7 +25,7 @@ from verl_mas.sample import VerlBatchTensors
 class UpdateConfig:
     """Optimizer and PPO-loss settings of one policy (defaults: AT-GRPO's clip 0.2, no KL, token-mean, 1 epoch)."""
 
-    lr: float | None = 1e-6  # None only in a run's config, which fills in its model kind's rate
+    lr: float = 1e-6
     weight_decay: float = 0.01
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
@@ -101,8 +101,6 @@ class PolicyTrainer:
         self.model = model
         self.config = config
         self.adapter_name = adapter_name
-        if config.lr is None:
-            raise ValueError(f"PolicyTrainer({adapter_name!r}): update.lr is None; resolve it for the model first")
         self.activate()
         self.parameters = [p for p in model.parameters() if p.requires_grad]
         if not self.parameters:

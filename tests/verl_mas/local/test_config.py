@@ -17,8 +17,6 @@ from verl_mas.local.config import (
     check_names,
     config_json,
     read_config,
-    resolved_rates,
-    resolved_update,
     resolved_warm_start,
     trains_warm_start,
 )
@@ -110,26 +108,6 @@ def test_warm_start_defaults_follow_the_models_kind():
         WarmStartConfig(tune_loaded="yes")
 
 
-def test_rl_lr_defaults_follow_the_models_kind_and_what_is_set_wins(tmp_path):
-    scratch = LocalTrainConfig()
-    assert scratch.update.lr is None and resolved_update(scratch).lr == 3e-4
-    loaded = resolve_train_config(parse_overrides(["model.path=some/folder"]))
-    assert resolved_update(loaded).lr == 1e-5  # full fine-tuning of pretrained weights at 3e-4 wrecks them
-    assert resolved_update(resolve_train_config(parse_overrides(["model.path=m", "update.lr=2e-4"]))).lr == 2e-4
-    assert json.loads(config_json(scratch))["update"]["lr"] == 3e-4  # the rate that ran, as runs saved before
-    # the policies' trainers get the resolved rate, and policy_lr still wins for its policy
-    per_role = resolve_train_config(
-        parse_overrides(["router=per_role", "policy_lr.plan=1e-4", f"output_dir={tmp_path}"])
-    )
-    trainers = LocalRun(per_role, log=lambda _: None).trainers
-    assert {name: trainer.optimizer.param_groups[0]["lr"] for name, trainer in trainers.items()} == {
-        "tool": 3e-4,
-        "plan": 1e-4,
-    }
-    with pytest.raises(ValueError, match=r"update.lr must be a finite number > 0 or null, got 0"):
-        resolve_train_config(parse_overrides(["update.lr=0"]))
-
-
 def test_warm_start_corrupt_roles_must_be_role_names(tmp_path):
     config = resolve_train_config(parse_overrides(["warm_start.corrupt_roles=[plan]", f"output_dir={tmp_path}"]))
     assert config.warm_start.corrupt_roles == ("plan",)
@@ -169,16 +147,16 @@ def test_a_saved_config_reads_back_equal(tmp_path):
     overrides = ["preset=[code_tool,lora_per_role]", "env_options.size=6", "policy_lr.plan=1e-4", "resume=runs/x"]
     config = resolve_train_config(parse_overrides(overrides))
     (tmp_path / "config.json").write_text(config_json(config))
-    # the None rates are saved as the rates they resolved to; the rest reads back as it was
-    assert read_config(tmp_path / "config.json") == resolved_rates(config)
+    # the warm start's None lr is saved as the rate it resolved to; the rest reads back as it was
+    assert read_config(tmp_path / "config.json") == dataclasses.replace(config, warm_start=resolved_warm_start(config))
     assert config_json(read_config(tmp_path / "config.json")) == config_json(config)
 
 
 @pytest.mark.parametrize(
     "override, message",
     [
-        ("update.lr=nan", "update.lr must be a finite number > 0 or null, got nan"),
-        ("update.lr=-1", "update.lr must be a finite number > 0 or null, got -1.0"),
+        ("update.lr=nan", "update.lr must be a finite number > 0, got nan"),
+        ("update.lr=-1", "update.lr must be a finite number > 0, got -1.0"),
         ("warm_start.lr=nan", "warm_start.lr must be a finite number > 0 or null, got nan"),
         ("alpha=nan", "alpha must be a finite number >= 0, got nan"),
         ("alpha=inf", "alpha must be a finite number >= 0, got inf"),
