@@ -62,8 +62,8 @@ class ToolPlanConfig:
     # a prompt a third as long makes their training three times cheaper.
     brief_prompts: bool = False
     # Before the task, one solved turn on a training board (its prompt and the expert's reply): a small pretrained
-    # chat model copies a shown reply's form where it ignores a described one (SmolLM2-135M writes no move line
-    # from either prompt above, and the move line after one example).
+    # chat model copies a shown reply's form where it ignores a described one (untuned SmolLM2-135M, brief prompts:
+    # no reply of 16 held a move line; with the example every tool reply and 10 of 16 plan replies did).
     worked_example: bool = False
 
     def __post_init__(self) -> None:
@@ -113,7 +113,8 @@ class EpisodeState:
 _build_problems: dict[tuple[type, ToolPlanConfig], str | None] = {}
 # (environment class, config, role) -> the worked example's two messages: see ToolPlanEnv._worked_example
 _worked_examples: dict[tuple[type, ToolPlanConfig, str], tuple[Message, Message]] = {}
-# The worked example's board: a training board far from the seeds runs draw, the same for every task of a config.
+# The worked example's board, the same for every task of a config: drawn for the train split, whose boards
+# `draw_board` keeps apart from the eval split's by their content, so an evaluation never shows its own answer.
 WORKED_EXAMPLE_SEED = 2**31 - 1
 
 BoardT = TypeVar("BoardT")

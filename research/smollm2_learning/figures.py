@@ -9,12 +9,15 @@ import statistics
 from pathlib import Path
 
 from research.smollm2_learning.learning import ARMS, RUNS_FILE
+from research.smollm2_regime.regime import DESIGNS as REGIME_DESIGNS
 from research.smollm2_regime.regime import LOW_TEMPERATURE
 from verl_mas.stats import PairedSummary, holm_adjusted, markdown_table, number, paired_p_value, paired_summary
 
 DATA = Path(__file__).resolve().parent / "data"
-# Each design's runs (README.md): a block's name takes the suffix, its data the file.
+# Each design's runs (README.md): a block's name takes the suffix, its data the file; its runs start from an arm of
+# the regime study's design of the same name.
 DESIGN_FILES = {"": RUNS_FILE, "_second": "runs_second.jsonl"}
+REGIME_DESIGN = {RUNS_FILE: "first", "runs_second.jsonl": "second"}
 DESIGN_SEEDS = (0, 1, 2)
 LOW = f"sampled_t{LOW_TEMPERATURE}"
 ENDPOINTS = {"greedy": "greedy", "sampled": "sampled at 1", LOW: f"sampled at {LOW_TEMPERATURE}"}  # primary first
@@ -30,6 +33,11 @@ def records(folder: Path = DATA, file: str = RUNS_FILE) -> dict[tuple[int, str],
     for line in path.read_text().splitlines() if path.exists() else []:
         record = json.loads(line)
         key = (record["seed"], record["arm"])
+        if record["start_arm"] not in REGIME_DESIGNS[REGIME_DESIGN[file]]:
+            raise ValueError(
+                f"seed {key[0]}, arm {key[1]} in {path} starts from {record['start_arm']!r}, not an arm of the regime "
+                f"study's {REGIME_DESIGN[file]} design"
+            )
         if key in found:
             raise ValueError(f"seed {key[0]}, arm {key[1]}: recorded twice in {path}")
         found[key] = record

@@ -2,7 +2,7 @@
 success greedy, sampled at the training temperature and sampled at a lower one; the tuned model is saved for the
 learning runs that start from it.
 
-    python -m research.smollm2_regime [--arms NAME ...] [--out DIR]
+    python -m research.smollm2_regime [--arms NAME ...] [--out DIR]      (default: the first design's arms)
 
 Each finished arm appends one record to DIR/runs.jsonl (an arm recorded there is not run again); copy it to
 research/smollm2_regime/data/ and `python -m research.figures` redoes the page.
@@ -17,6 +17,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from verl_mas.dataset import split_tasks
+from verl_mas.env import make_env
 from verl_mas.local.generator import BatchingGenerator
 from verl_mas.local.presets import resolve_train_config
 from verl_mas.local.train import LocalRun, make_tasks
@@ -46,6 +48,25 @@ DESIGNS: dict[str, dict[str, list[str]]] = {
     },
 }
 ARMS: dict[str, list[str]] = {name: arm for design in DESIGNS.values() for name, arm in design.items()}
+
+
+def copy_baseline(arm: str) -> dict[str, float]:
+    """What copying alone reads: on `arm`'s evaluation boards, every role replies the worked example's reply each
+    turn (the second design's yardstick, fixed before its first reading)."""
+    config = arm_config(arm, DEFAULT_OUT)
+    env = make_env(config.env, **config.env_options)
+    solved, moves, invalid = 0, 0, 0
+    for task in split_tasks(config.env, "eval", config.eval_tasks, config.seed, config.env_options):
+        env.reset(task)
+        while not env.done:
+            for role in env.workflow().roles:
+                example_reply = env.observe(role)[-2]["content"]
+                result = env.step(role, example_reply)
+                moves, invalid = moves + 1, invalid + (not result.valid)
+                if env.done:
+                    break
+        solved += env.success()
+    return {"success": solved / config.eval_tasks, "invalid_move_share": invalid / moves}
 
 
 def arm_config(name: str, out: Path):
@@ -101,7 +122,7 @@ def recorded(out: Path) -> dict[str, dict]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arms", nargs="*", default=list(ARMS), choices=list(ARMS))
+    parser.add_argument("--arms", nargs="*", default=list(DESIGNS["first"]), choices=list(ARMS))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

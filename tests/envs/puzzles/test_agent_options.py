@@ -153,12 +153,16 @@ def test_worked_example_is_a_training_board_fixed_per_config_and_following_task_
     assert bigger != example and len(bigger.split("\n")) > len(example.split("\n"))  # the task's own size
 
 
-def test_worked_example_code_tool_shows_the_expert_program_and_the_plan_its_proposal():
+def test_worked_example_code_tool_shows_the_expert_program_and_the_plan_what_running_it_shows():
     env = make_env("plan_path", size=4, tool_mode="code", worked_example=True)
     env.reset(Task(uid="c", env="plan_path", seed=0, split="train"))
     tool_reply = env.observe("tool")[2]["content"]
     assert tool_reply == f"```python\n{env.expert_program}```"  # the expert program, not run to show it
-    assert "proposed" in env.observe("plan")[1]["content"]  # the plan's example follows the tool's expert move
+    # the plan's example prompt is built without the sandbox: it equals the prompt after the program really ran
+    played = make_env("plan_path", size=4, tool_mode="code")
+    played.load(played.generate_board(WORKED_EXAMPLE_SEED, "train"))
+    played.step("tool", tool_reply)
+    assert env.observe("plan")[1]["content"] == played.user_prompt("plan")
 
 
 def test_worked_example_must_be_a_boolean():

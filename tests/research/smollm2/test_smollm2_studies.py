@@ -9,6 +9,8 @@ import pytest
 
 from research.smollm2_learning import learning
 from research.smollm2_regime import regime
+from verl_mas.dataset import split_tasks
+from verl_mas.env import make_env
 from verl_mas.local.config import resolved_warm_start, trains_warm_start
 from verl_mas.local.presets import resolve_train_config
 from verl_mas.local.train import LocalRun, train
@@ -101,10 +103,37 @@ def test_the_regime_rule_takes_the_cheapest_team_arm_inside_the_band(tmp_path, m
     write(*(regime_record(arm, 0.7) for arm in regime.ARMS))  # all above it
     assert figures.choice_text("first").endswith("none is left to run.")
     assert figures.headline().startswith("`team_zero_shot`: greedy success 0.700, 0.250 of its moves invalid.")
-    table = figures.arms_table()
+    table = figures.arms_table("first")
     assert table.splitlines()[2].startswith(
         "| `team_zero_shot` | warm_start.epochs=0 | 0.700 (0.057) |"
     )  # sqrt(.21/64)
+    # the second design also asks for more than copying the worked example reads (0.1875 on these boards)
+    write(regime_record("team_zero_shot_example", 0.1875), regime_record("team_tune1_example", 0.19))
+    assert figures.choice_text("second") == "The second design's rule chooses `team_tune1_example` (greedy 0.190)."
+    assert figures.arms_table("first") == "No arm of this design has finished yet."
+    assert "`team_tune1_example`" in figures.arms_table("second")
+
+
+def test_the_copy_baseline_plays_the_worked_examples_reply_on_every_second_design_arms_boards():
+    copied = regime.copy_baseline("team_zero_shot_example")
+    assert all(regime.copy_baseline(arm) == copied for arm in regime.DESIGNS["second"])  # one yardstick for all
+    # by hand, without the turn protocol: the plan commits the example's moves at most max_turns times from the start
+    config = regime.arm_config("team_zero_shot_example", regime.DEFAULT_OUT)
+    env = make_env(config.env, **config.env_options)
+    tasks = split_tasks(config.env, "eval", config.eval_tasks, config.seed, config.env_options)
+    solved = 0
+    for task in tasks:
+        env.reset(task)
+        reply = env.observe("plan")[2]["content"]
+        assert env.observe("tool")[2]["content"] == reply and reply.startswith("Actions: ")  # one copied move list
+        position = env.state.position
+        for _ in range(config.env_options["max_turns"]):
+            simulation = env.simulate(position, reply.removeprefix("Actions: ").split())
+            position = simulation.end
+            if simulation.solved:
+                solved += 1
+                break
+    assert copied["success"] == solved / len(tasks) and 0 < solved < len(tasks)
 
 
 def test_the_speed_figures_are_medians_of_the_raw_repeats(tmp_path, monkeypatch):
@@ -143,7 +172,8 @@ def test_the_preset_timing_splits_the_training_command_into_its_parts(tmp_path, 
 def learning_record(seed: int, arm: str, greedy: tuple, sampled: tuple, low: tuple, curve: list[float]) -> dict:
     return {"seed": seed, "arm": arm, "eval_tasks": 64, "greedy": list(greedy), "sampled": list(sampled),
             f"sampled_t{regime.LOW_TEMPERATURE}": list(low), "reward_curve": curve,
-            "zero_variance_curve": [0.5] * 10 + [1.0] * 30, "step_s_median": 20.0}  # fmt: skip
+            "zero_variance_curve": [0.5] * 10 + [1.0] * 30, "step_s_median": 20.0,
+            "start_arm": "team_tune3"}  # fmt: skip
 
 
 def test_the_learning_figures_from_hand_made_runs(tmp_path):
@@ -190,6 +220,10 @@ def test_the_learning_figures_before_any_run(tmp_path):
     assert figures.tables(tmp_path) == empty | {f"{key}_second": text for key, text in empty.items()}
     # each design reads its own file: the second design's run leaves the first's blocks empty
     run = learning_record(0, "at_grpo", (0.2, 0.3), (0.2, 0.4), (0.25, 0.3), [0.1] * 40)
-    (tmp_path / figures.DESIGN_FILES["_second"]).write_text(json.dumps(run) + "\n")
+    second = tmp_path / figures.DESIGN_FILES["_second"]
+    second.write_text(json.dumps(run | {"start_arm": "team_tune1_example"}) + "\n")
     blocks = figures.tables(tmp_path)
     assert blocks["headline"] == "Not run yet." and blocks["headline_second"].startswith("AT-GRPO's change after 40")
+    second.write_text(json.dumps(run) + "\n")  # a first-design start among the second design's runs
+    with pytest.raises(ValueError, match="starts from 'team_tune3', not an arm of the regime study's second design"):
+        figures.tables(tmp_path)
