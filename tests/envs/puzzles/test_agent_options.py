@@ -1,4 +1,4 @@
-"""Options of the built-in puzzles: single_agent (one role does the whole task) and brief_prompts."""
+"""Options of the built-in puzzles: single_agent (one role does the whole task), brief_prompts and worked_example."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from verl_mas.env import Task, make_env
-from verl_mas_envs.puzzles.toolplan import WORKED_EXAMPLE_SEED
 from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_tasks
 from verl_mas.router import PolicyRouter
+from verl_mas_envs.puzzles.toolplan import WORKED_EXAMPLE_SEED
 
 OPTIONS = {
     "plan_path": {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact"},
