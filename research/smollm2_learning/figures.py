@@ -14,10 +14,6 @@ from research.smollm2_regime.regime import LOW_TEMPERATURE
 from verl_mas.stats import PairedSummary, holm_adjusted, markdown_table, number, paired_p_value, paired_summary
 
 DATA = Path(__file__).resolve().parent / "data"
-# Each design's runs (README.md): a block's name takes the suffix, its data the file; its runs start from an arm of
-# the regime study's design of the same name.
-DESIGN_FILES = {"": RUNS_FILE, "_second": "runs_second.jsonl"}
-REGIME_DESIGN = {RUNS_FILE: "first", "runs_second.jsonl": "second"}
 DESIGN_SEEDS = (0, 1, 2)
 LOW = f"sampled_t{LOW_TEMPERATURE}"
 ENDPOINTS = {"greedy": "greedy", "sampled": "sampled at 1", LOW: f"sampled at {LOW_TEMPERATURE}"}  # primary first
@@ -26,17 +22,18 @@ ENDPOINTS = {"greedy": "greedy", "sampled": "sampled at 1", LOW: f"sampled at {L
 RISE_WINDOW = 10
 
 
-def records(folder: Path = DATA, file: str = RUNS_FILE) -> dict[tuple[int, str], dict]:
-    """Every finished (seed, arm), in the design's order; a pair recorded twice is an error, never a silent pick."""
-    path = folder / file
+def records(folder: Path = DATA) -> dict[tuple[int, str], dict]:
+    """Every finished (seed, arm), in the design's order; a pair recorded twice, or one started from an arm the regime
+    study's first design does not have, is an error, never a silent pick."""
+    path = folder / RUNS_FILE
     found: dict[tuple[int, str], dict] = {}
     for line in path.read_text().splitlines() if path.exists() else []:
         record = json.loads(line)
         key = (record["seed"], record["arm"])
-        if record["start_arm"] not in REGIME_DESIGNS[REGIME_DESIGN[file]]:
+        if record["start_arm"] not in REGIME_DESIGNS["first"]:
             raise ValueError(
                 f"seed {key[0]}, arm {key[1]} in {path} starts from {record['start_arm']!r}, not an arm of the regime "
-                f"study's {REGIME_DESIGN[file]} design"
+                "study's first design"
             )
         if key in found:
             raise ValueError(f"seed {key[0]}, arm {key[1]}: recorded twice in {path}")
@@ -142,13 +139,10 @@ def headline(found: dict[tuple[int, str], dict]) -> str:
 
 
 def tables(folder: Path = DATA) -> dict[str, str]:
-    blocks: dict[str, str] = {}
-    for suffix, file in DESIGN_FILES.items():
-        found = records(folder, file)
-        blocks |= {
-            f"runs{suffix}": runs_table(found),
-            f"gains{suffix}": gains_table(found),
-            f"checks{suffix}": "\n\n".join([validity_text(found), sharpening_text(found), noise_floor_text(found)]),
-            f"headline{suffix}": headline(found),
-        }
-    return blocks
+    found = records(folder)
+    return {
+        "runs": runs_table(found),
+        "gains": gains_table(found),
+        "checks": "\n\n".join([validity_text(found), sharpening_text(found), noise_floor_text(found)]),
+        "headline": headline(found),
+    }

@@ -5,7 +5,7 @@ it, held-out success greedy, sampled at the training temperature and sampled at 
 
 Runs checkpoint every 10 steps and resume exactly, so a command stopped part way (a session's end) continues where it
 stopped when run again; a finished (seed, arm) in DIR/runs.jsonl is not run again. Copy runs.jsonl to
-research/smollm2_learning/data/ as the design's file (runs.jsonl for the first, runs_second.jsonl for the second).
+research/smollm2_learning/data/.
 """
 
 from __future__ import annotations
