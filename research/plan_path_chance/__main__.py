@@ -1,0 +1,3 @@
+from research.plan_path_chance.chance import main
+
+main()
