@@ -3,7 +3,8 @@
 A subclass names its roles and the single agent's, builds its config from the constructor's options (`config_of`),
 and supplies the problem of a task, a fresh state, the prompts and `step`. Here: the config a task's options override,
 the workflow, reset/load, a clone that shares the (immutable) problem and state, `done` from the state's outcome, and
-the observation as a system and a user message. Every step may block (programs in the sandbox, grading workers).
+the observation as a system and a user message (with `worked_example`, the example's two between them). Every step
+may block (programs in the sandbox, grading workers).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from verl_mas.env import Message, MultiAgentEnv, Task, Workflow, split_of
 from verl_mas_envs.common import config_with
+from verl_mas_envs.worked_example import WORKED_EXAMPLE_SEED, worked_example
 
 
 class TeamConfig(Protocol):
     max_turns: int
     single_agent: bool
+    worked_example: bool
 
 
 class TeamState(Protocol):
@@ -98,7 +101,16 @@ class ProblemTeamEnv(MultiAgentEnv, Generic[ConfigT, ProblemT, StateT]):
 
     def observe(self, role: str) -> list[Message]:
         self._check_role(role)
-        return [{"role": "system", "content": self._system_prompt(role)}, {"role": "user", "content": self._user(role)}]
+        example = worked_example(self, role, self._start_example) if self.config.worked_example else ()
+        return [
+            {"role": "system", "content": self._system_prompt(role)},
+            *example,
+            {"role": "user", "content": self._user(role)},
+        ]
+
+    def _start_example(self, example: ProblemTeamEnv) -> None:
+        """The worked example's episode: its problem, every role at its first turn (the team acts in parallel)."""
+        example.load(example._task_problem(example.config, WORKED_EXAMPLE_SEED, "train"))
 
     @property
     def problem(self) -> ProblemT:

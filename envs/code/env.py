@@ -79,6 +79,8 @@ class CodeConfig:
     file_split: FileSplit = "hash"  # "all": every problem of data_file in both splits
     max_turns: int = 3
     single_agent: bool = False
+    # the prompt opens with one solved first turn on a fixed training problem (verl_mas_envs.worked_example)
+    worked_example: bool = False
     brief_prompts: bool = False
     brief_examples: bool = False  # brief prompts also show the statement's examples ("9 2 -> 27")
     max_tester_cases: int = 8
@@ -92,7 +94,7 @@ class CodeConfig:
     def __post_init__(self) -> None:
         require_problem_source(self, FILE_SPLITS)
         require_ints(self, max_turns=1, max_tester_cases=1, wrong_programs=0, shown_mismatches=0)
-        require_flags(self, "single_agent", "brief_prompts", "brief_examples")
+        require_flags(self, "single_agent", "brief_prompts", "brief_examples", "worked_example")
         require_seconds(self, "case_time_s", "program_time_s")
         if self.brief_examples and not self.brief_prompts:
             raise ValueError("brief_examples shows examples in brief prompts: it needs brief_prompts=true")

@@ -75,6 +75,8 @@ class MathConfig:
     answer: str | None = None
     max_turns: int = 3
     single_agent: bool = False
+    # the prompt opens with one solved first turn on a fixed training problem (verl_mas_envs.worked_example)
+    worked_example: bool = False
     brief_prompts: bool = False  # prompts without prose, for tiny models trained from scratch
     code_time_limit_s: float = 5.0  # wall and CPU time of one tool program in the sandbox
     grade_time_limit_s: float = 5.0  # the most one grading call may take
@@ -94,7 +96,7 @@ class MathConfig:
         if self.problem is not None and self.data_file is not None:
             raise ValueError("problem and data_file exclude each other")
         require_ints(self, max_turns=1)
-        require_flags(self, "single_agent", "brief_prompts")
+        require_flags(self, "single_agent", "brief_prompts", "worked_example")
         require_seconds(self, "code_time_limit_s", "grade_time_limit_s")
 
 

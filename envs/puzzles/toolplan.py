@@ -42,6 +42,7 @@ from verl_mas_envs.common import (
     require_seconds,
     run_tool_program,
 )
+from verl_mas_envs.worked_example import WORKED_EXAMPLE_SEED, worked_example
 
 ToolMode = Literal["code", "compact"]
 Outcome = Literal["playing", "solved", "deadlocked", "out_of_turns"]
@@ -111,11 +112,6 @@ class EpisodeState:
 
 # (environment class, config) -> why no board can be built, None if one can: see ToolPlanEnv._check_buildable
 _build_problems: dict[tuple[type, ToolPlanConfig], str | None] = {}
-# (environment class, config, role) -> the worked example's two messages: see ToolPlanEnv._worked_example
-_worked_examples: dict[tuple[type, ToolPlanConfig, str], tuple[Message, Message]] = {}
-# The worked example's board, the same for every task of a config: drawn for the train split, whose boards
-# `draw_board` keeps apart from the eval split's by their content, so an evaluation never shows its own answer.
-WORKED_EXAMPLE_SEED = 2**31 - 1
 
 BoardT = TypeVar("BoardT")
 C = TypeVar("C", bound=ToolPlanConfig)
@@ -299,22 +295,15 @@ class ToolPlanEnv(MultiAgentEnv, Generic[C, BoardT, S, A]):
         return f"You solve the {self.puzzle_noun} alone." if self.config.single_agent else f"You are the {role} agent."
 
     def _worked_example(self, role: str) -> tuple[Message, Message]:
-        """The first turn of `role` on the example board, as the prompt shows it, and the expert's reply to it (for
-        the plan agent of a team, after the tool's expert proposal). Once per class, config and role."""
-        key = (type(self), self.config, role)
-        if key not in _worked_examples:
-            example = self.clone()
+        """`role`'s first turn on the example board; for the plan agent of a team, after the tool's expert proposal."""
+
+        def start(example: ToolPlanEnv) -> None:
             example.load(example.generate_board(WORKED_EXAMPLE_SEED, "train"))
             if role == "plan" and not self.config.single_agent:
                 # propose, not step: in code mode a step would run the expert program in the sandbox
                 example._state, _ = example.propose(example.read_answer(example.expert_answer()))
-            reply = example.expert(role)
-            assert reply is not None  # a fresh example board is never finished
-            _worked_examples[key] = (
-                {"role": "user", "content": example.user_prompt(role)},
-                {"role": "assistant", "content": reply},
-            )
-        return _worked_examples[key]
+
+        return worked_example(self, role, start)
 
     def _check_buildable(self) -> None:
         """Options that pass their checks yet can never give a board (e.g. a room too small to push a box in) are

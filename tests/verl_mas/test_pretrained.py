@@ -89,9 +89,9 @@ def test_the_local_engine_builds_the_prompt_ids_verls_agent_loop_builds(folder):
     for messages in conversations:
         assert render_prompt(tokenizer, messages) == list(builder.build_initial_tokens(messages))
     # every environment's own observations, each role's, on the first turn and after a wrong move
-    # and the puzzles' prompts with a worked example (an assistant turn inside the prompt)
+    # and with a worked example (an assistant turn inside the prompt)
     cases = [(name, {}) for name in env_names()]
-    cases += [(name, {"worked_example": True}) for name in ("plan_path", "sokoban", "sudoku")]
+    cases += [(name, {"worked_example": True}) for name in ("code", "math", "plan_path", "sokoban", "sudoku")]
     for name, options in cases:
         (task,) = split_tasks(name, "train", 1, 0, {})
         env = make_env(name, **options)

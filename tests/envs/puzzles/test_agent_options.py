@@ -9,7 +9,7 @@ import pytest
 from verl_mas.env import Task, make_env
 from verl_mas.rollout import Generation, GenerationRequest, RolloutConfig, rollout_tasks
 from verl_mas.router import PolicyRouter
-from verl_mas_envs.puzzles.toolplan import WORKED_EXAMPLE_SEED
+from verl_mas_envs.worked_example import WORKED_EXAMPLE_SEED
 
 OPTIONS = {
     "plan_path": {"size": 5, "wall_ratio": 0.2, "tool_mode": "compact"},
@@ -110,34 +110,6 @@ def test_sudoku_brief_prompts_drop_the_rules_and_keep_the_board_and_proposal():
         make_env("sudoku", brief_prompts="no")
 
 
-def solved_after(name: str, options: dict, user: str, reply: str, role: str) -> bool:
-    """Whether `reply` ends the example's turn solved: the example board is the one `user` shows, so replay it."""
-    env = make_env(name, **options)
-    env.load(env.generate_board(WORKED_EXAMPLE_SEED, "train"))
-    if role == "plan" and not options.get("single_agent"):
-        env.step("tool", env.expert("tool"))
-    assert env.user_prompt(role) == user  # the replayed example is the one shown
-    return env.step(role, reply).valid and (env.success() or role == "tool")
-
-
-@pytest.mark.parametrize("name", sorted(OPTIONS))
-@pytest.mark.parametrize("extra", [{}, {"brief_prompts": True}, {"single_agent": True}])
-def test_worked_example_is_one_solved_turn_before_the_task(name, extra):
-    options = OPTIONS[name] | extra
-    plain, shown = make_env(name, **options), make_env(name, **options, worked_example=True)
-    task = Task(uid=f"{name}/0", env=name, seed=3, split="train")
-    for env in (plain, shown):
-        env.reset(task)
-    for role in plain.workflow().roles:
-        system, user = plain.observe(role)
-        messages = shown.observe(role)
-        assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
-        assert messages[0] == system and messages[3] == user  # the task itself is unchanged, and asked last
-        example_user, example_reply = messages[1]["content"], messages[2]["content"]
-        assert example_user != user  # another board
-        assert solved_after(name, options, example_user, example_reply, role)
-
-
 def test_worked_example_is_a_training_board_fixed_per_config_and_following_task_options():
     env = make_env("plan_path", **OPTIONS["plan_path"], worked_example=True)
     seen = set()
@@ -163,8 +135,3 @@ def test_worked_example_code_tool_shows_the_expert_program_and_the_plan_what_run
     played.load(played.generate_board(WORKED_EXAMPLE_SEED, "train"))
     played.step("tool", tool_reply)
     assert env.observe("plan")[1]["content"] == played.user_prompt("plan")
-
-
-def test_worked_example_must_be_a_boolean():
-    with pytest.raises(ValueError, match="worked_example must be true or false"):
-        make_env("plan_path", worked_example="yes")
