@@ -22,18 +22,19 @@ ENDPOINTS = {"greedy": "greedy", "sampled": "sampled at 1", LOW: f"sampled at {L
 RISE_WINDOW = 10
 
 
-def records(folder: Path = DATA) -> dict[tuple[int, str], dict]:
-    """Every finished (seed, arm), in the design's order; a pair recorded twice, or one started from an arm the regime
-    study's first design does not have, is an error, never a silent pick."""
+def records(
+    folder: Path = DATA, start_arms: tuple[str, ...] = tuple(REGIME_DESIGNS["first"])
+) -> dict[tuple[int, str], dict]:
+    """Every finished (seed, arm), in the design's order; a pair recorded twice, or one started from another start
+    than `start_arms` (this study's: the regime study's first design's arms), is an error, never a silent pick."""
     path = folder / RUNS_FILE
     found: dict[tuple[int, str], dict] = {}
     for line in path.read_text().splitlines() if path.exists() else []:
         record = json.loads(line)
         key = (record["seed"], record["arm"])
-        if record["start_arm"] not in REGIME_DESIGNS["first"]:
+        if record["start_arm"] not in start_arms:
             raise ValueError(
-                f"seed {key[0]}, arm {key[1]} in {path} starts from {record['start_arm']!r}, not an arm of the regime "
-                "study's first design"
+                f"seed {key[0]}, arm {key[1]} in {path} starts from {record['start_arm']!r}, not one of {start_arms}"
             )
         if key in found:
             raise ValueError(f"seed {key[0]}, arm {key[1]}: recorded twice in {path}")

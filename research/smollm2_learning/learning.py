@@ -95,7 +95,6 @@ def arm_overrides(arm: str, seed: int) -> list[str]:
 
 def run_arm(out: Path, seed: int, arm: str, start_arm: str) -> dict:
     start = prepare_start(out, seed, start_arm)
-    folder = out / f"seed{seed}" / arm
     overrides = [
         *start_overrides(start_arm),
         *RL,
@@ -104,6 +103,12 @@ def run_arm(out: Path, seed: int, arm: str, start_arm: str) -> dict:
         f"model.path={start}",
         "warm_start.tune_loaded=false",
     ]
+    return train_and_record(overrides, out / f"seed{seed}" / arm, seed, arm, start_arm)
+
+
+def train_and_record(overrides: list[str], folder: Path, seed: int, arm: str, start_arm: str) -> dict:
+    """One (seed, arm) run of `overrides` into `folder` (resuming its checkpoints), with the low-temperature reading
+    beside every evaluation, as the record the figures read."""
     config = resolve_train_config(parse_overrides([*overrides, f"output_dir={folder}", "resume=true"]))
     started = time.perf_counter()
     summary = train(config, log=print, callbacks=[LowTemperatureEval(folder)])

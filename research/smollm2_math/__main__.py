@@ -1,0 +1,3 @@
+from research.smollm2_math.study import main
+
+main()
