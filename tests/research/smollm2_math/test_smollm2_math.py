@@ -1,0 +1,67 @@
+"""research.smollm2_math: the design's configs, the chance yardsticks by hand, and the regime's rule on hand-made
+records (the real model's runs are the study itself)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from research.smollm2_math import figures, study
+from verl_mas.dataset import split_tasks
+from verl_mas.env import make_env
+from verl_mas.local.config import trains_warm_start
+from verl_mas.local.presets import resolve_train_config
+from verl_mas.overrides import parse_overrides
+
+
+def config_of(overrides: list[str]):
+    return resolve_train_config(parse_overrides(overrides))
+
+
+def test_the_runs_are_the_designs():
+    team = config_of([*study.TASK, "seed=0", "steps=0"])
+    assert (team.env, team.model.path, trains_warm_start(team)) == ("math", "smollm2-135m-instruct", False)
+    assert team.env_options["source_options"] == {
+        "min_terms": 2, "max_terms": 2, "max_digits": 1, "operators": ["+", "-"], "allow_parentheses": False,
+        "allow_negation": False,
+    }  # fmt: skip
+    assert team.env_options["worked_example"] and team.env_options["max_turns"] == 2
+    assert (team.k, team.tasks_per_step, team.update.lr, team.sampling.max_new_tokens) == (4, 4, 1e-5, 32)
+    assert (team.eval_tasks, team.eval_samples) == (64, 1)
+    twin = config_of(study.learning_overrides(2, "at_grpo_again"))
+    assert (twin.seed, twin.sampler_seed, twin.steps, twin.checkpoint_every) == (2, 1002, 40, 10)
+    assert config_of(study.learning_overrides(2, "at_grpo")).sampler_seed is None
+    single = config_of([*study.TASK, *study.REGIME_ARMS["single"]])
+    assert single.env_options["single_agent"] and not team.env_options.get("single_agent", False)
+
+
+def test_the_answer_yardsticks_count_the_evaluation_problems_by_hand():
+    config = config_of([*study.TASK, "seed=0", "steps=0"])
+    found = study.answer_baselines(config)
+    env = make_env(config.env, **config.env_options)
+    answers = []
+    for task in split_tasks(config.env, "eval", config.eval_tasks, 0, config.env_options):
+        env.reset(task)
+        answers.append(env.problem.answer)
+    example = env.observe("reasoner")[2]["content"]  # the worked example's reply: \boxed{ANSWER}
+    copied = example.removeprefix("\\boxed{").removesuffix("}")
+    assert found["copied_answer"] == answers.count(copied) / len(answers)
+    assert found["best_constant_answer"] == max(answers.count(a) for a in answers) / len(answers)
+    assert found["copied_answer"] <= found["best_constant_answer"] < 1.0
+
+
+def regime_record(arm: str, greedy: float) -> dict:
+    return {"arm": arm, "eval_tasks": 64, "greedy": greedy, "sampled": 0.1, "sampled_t0.5": 0.2, "invalid_greedy": 0.0,
+            "invalid_sampled": 0.5, "copied_answer": 0.09, "best_constant_answer": 0.14}  # fmt: skip
+
+
+@pytest.mark.parametrize(("greedy", "met"), [(0.25, True), (0.6, True), (0.14, False), (0.65, False), (0.05, False)])
+def test_the_regime_rule_asks_for_the_band_and_more_than_both_yardsticks(tmp_path, monkeypatch, greedy, met):
+    monkeypatch.setattr(figures, "DATA", tmp_path)
+    assert figures.regime_text() == "Not run yet."
+    records = [regime_record("single", 0.3), regime_record("team", greedy)]
+    (tmp_path / study.REGIME_FILE).write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = figures.regime_text()
+    assert text.splitlines()[2].startswith("| `team` |")  # the design's order, whatever the file's
+    assert ("The rule is met" in text) == met and ("learning runs do not go ahead" in text) == (not met)
