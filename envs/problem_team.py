@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar
 
 from verl_mas.env import Message, MultiAgentEnv, Task, Workflow, split_of
 from verl_mas_envs.common import config_with
-from verl_mas_envs.worked_example import WORKED_EXAMPLE_SEED, worked_example
+from verl_mas_envs.worked_example import worked_example
 
 
 class TeamConfig(Protocol):
@@ -101,16 +101,29 @@ class ProblemTeamEnv(MultiAgentEnv, Generic[ConfigT, ProblemT, StateT]):
 
     def observe(self, role: str) -> list[Message]:
         self._check_role(role)
-        example = worked_example(self, role, self._start_example) if self.config.worked_example else ()
+        example = self._worked_example(role) if self.config.worked_example else ()
         return [
             {"role": "system", "content": self._system_prompt(role)},
             *example,
             {"role": "user", "content": self._user(role)},
         ]
 
-    def _start_example(self, example: ProblemTeamEnv) -> None:
-        """The worked example's episode: its problem, every role at its first turn (the team acts in parallel)."""
-        example.load(example._task_problem(example.config, WORKED_EXAMPLE_SEED, "train"))
+    def _worked_example(self, role: str) -> tuple[Message, Message]:
+        """`role`'s first turn on the example problem (the team acts in parallel: no role answers before it)."""
+
+        def start(example: ProblemTeamEnv, seed: int) -> None:
+            example.load(example._task_problem(example.config, seed, "train"))
+
+        return worked_example(self, role, self._example_config(), start)
+
+    def _example_config(self) -> ConfigT:
+        """The config the worked example's problem is drawn under: the env's, less what only one task has."""
+        return self.config
+
+    def _check_worked_example(self) -> None:
+        """With `worked_example`, each role's example built now: one that cannot be is an error at construction."""
+        for role in self.roles if self.config.worked_example else ():
+            self._worked_example(role)
 
     @property
     def problem(self) -> ProblemT:

@@ -95,6 +95,11 @@ class CodeConfig:
         require_problem_source(self, FILE_SPLITS)
         require_ints(self, max_turns=1, max_tester_cases=1, wrong_programs=0, shown_mismatches=0)
         require_flags(self, "single_agent", "brief_prompts", "brief_examples", "worked_example")
+        if self.worked_example and self.file_split == "all":
+            raise ValueError(
+                "worked_example draws its problem from the train split, which file_split='all' shares with the "
+                "evaluation: an evaluated problem could show its own answer"
+            )
         require_seconds(self, "case_time_s", "program_time_s")
         if self.brief_examples and not self.brief_prompts:
             raise ValueError("brief_examples shows examples in brief prompts: it needs brief_prompts=true")
@@ -191,6 +196,7 @@ class CodeEnv(ProblemTeamEnv[CodeConfig, CodeProblem, CodeState]):
         config = config_of(CodeConfig, options)
         super().__init__(config)
         _check_problems(config)
+        self._check_worked_example()
 
     def _task_problem(self, config: CodeConfig, seed: int, split: str) -> CodeProblem:
         if config.data_file is not None:

@@ -97,6 +97,11 @@ class MathConfig:
             raise ValueError("problem and data_file exclude each other")
         require_ints(self, max_turns=1)
         require_flags(self, "single_agent", "brief_prompts", "worked_example")
+        if self.worked_example and self.file_split == "all":
+            raise ValueError(
+                "worked_example draws its problem from the train split, which file_split='all' shares with the "
+                "evaluation: an evaluated problem could show its own answer"
+            )
         require_seconds(self, "code_time_limit_s", "grade_time_limit_s")
 
 
@@ -175,6 +180,7 @@ class MathEnv(ProblemTeamEnv[MathConfig, MathProblem, MathState]):
         config = config_of(MathConfig, options)
         super().__init__(config)
         _check_problems(config)
+        self._check_worked_example()
 
     def _task_problem(self, config: MathConfig, seed: int, split: str) -> MathProblem:
         if config.problem is not None and config.answer is not None:
@@ -182,6 +188,10 @@ class MathEnv(ProblemTeamEnv[MathConfig, MathProblem, MathState]):
         if config.data_file is not None:
             return file_problem(config.data_file, config.data_form, seed, split, config.file_split)
         return generated_problem(config.source, config.source_options, seed, split)
+
+    def _example_config(self) -> MathConfig:
+        # a task's inline problem is that task's alone: the example comes from the source or file it would use
+        return replace(self.config, problem=None, answer=None)
 
     def _new_state(self) -> MathState:
         return MathState()

@@ -42,7 +42,7 @@ from verl_mas_envs.common import (
     require_seconds,
     run_tool_program,
 )
-from verl_mas_envs.worked_example import WORKED_EXAMPLE_SEED, worked_example
+from verl_mas_envs.worked_example import worked_example
 
 ToolMode = Literal["code", "compact"]
 Outcome = Literal["playing", "solved", "deadlocked", "out_of_turns"]
@@ -140,6 +140,8 @@ class ToolPlanEnv(MultiAgentEnv, Generic[C, BoardT, S, A]):
         self._board: BoardT | None = None
         self._state: S | None = None
         self._check_buildable()
+        for role in self.roles if config.worked_example else ():
+            self._worked_example(role)  # an example that cannot be built is an error here, not at a task's turn
 
     # --- puzzle hooks -------------------------------------------------------------------------------------------
 
@@ -297,13 +299,13 @@ class ToolPlanEnv(MultiAgentEnv, Generic[C, BoardT, S, A]):
     def _worked_example(self, role: str) -> tuple[Message, Message]:
         """`role`'s first turn on the example board; for the plan agent of a team, after the tool's expert proposal."""
 
-        def start(example: ToolPlanEnv) -> None:
-            example.load(example.generate_board(WORKED_EXAMPLE_SEED, "train"))
+        def start(example: ToolPlanEnv, seed: int) -> None:
+            example.load(example.generate_board(seed, "train"))
             if role == "plan" and not self.config.single_agent:
                 # propose, not step: in code mode a step would run the expert program in the sandbox
                 example._state, _ = example.propose(example.read_answer(example.expert_answer()))
 
-        return worked_example(self, role, start)
+        return worked_example(self, role, self.config, start)
 
     def _check_buildable(self) -> None:
         """Options that pass their checks yet can never give a board (e.g. a room too small to push a box in) are

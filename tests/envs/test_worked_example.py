@@ -49,15 +49,48 @@ def test_the_example_is_one_accepted_turn_before_the_unchanged_task(name, extra)
         assert result.valid and result.local_reward > 0, (name, role, result.info)  # the env takes the reply
 
 
-def test_a_config_with_a_mapping_option_still_caches_its_example():
+def test_one_example_per_config_whose_messages_each_caller_owns():
     env = make_env("math", worked_example=True, source_options={"min_terms": 2, "max_terms": 2})
-    (task,) = split_tasks("math", "eval", 1, 0, {})
-    env.reset(task)
-    first = env.observe("reasoner")[1]
-    assert env.observe("reasoner")[1] is first  # built once per config and role
+    (first_task, second_task) = split_tasks("math", "eval", 2, 0, {})
+    env.reset(first_task)
+    first = env.observe("reasoner")
+    first[1]["content"] = "changed by a caller"
+    env.reset(second_task)  # a new config object with the same options: the same example, unchanged
+    again = env.observe("reasoner")
+    fresh = make_env("math", worked_example=True, source_options={"min_terms": 2, "max_terms": 2})
+    fresh.reset(first_task)
+    assert again[1]["content"] != "changed by a caller" and again[1:3] == fresh.observe("reasoner")[1:3]
     other = make_env("math", worked_example=True, source_options={"min_terms": 3, "max_terms": 3})
-    other.reset(task)
-    assert other.observe("reasoner")[1] != first  # another config, another example problem
+    other.reset(first_task)
+    assert other.observe("reasoner")[1] != env.observe("reasoner")[1]  # another config, another example problem
+
+
+def test_an_inline_problem_is_never_its_own_example():
+    env = make_env("math", worked_example=True)
+    shown = []
+    for seed, (problem, answer) in enumerate([("What is 17*23?", "391"), ("What is 6*7?", "42")]):
+        env.reset(Task(uid=f"inline{seed}", env="math", seed=seed, options={"problem": problem, "answer": answer}))
+        messages = env.observe("reasoner")
+        assert problem not in messages[1]["content"] and answer not in messages[2]["content"]
+        assert problem in messages[3]["content"]
+        shown.append(messages[1:3])
+    assert shown[0] == shown[1]  # one example for the source, whatever problem a task carries inline
+
+
+def test_an_example_that_cannot_be_built_fails_at_construction_naming_the_role():
+    # HumanEval's problems show no examples, so the tester has no expert reply on any of them
+    with pytest.raises(ValueError, match="worked_example needs an expert reply for 'tester'"):
+        make_env("code", source="humaneval", worked_example=True)
+    alone = make_env("code", source="humaneval", worked_example=True, single_agent=True)  # the coder's reference
+    (task,) = split_tasks("code", "eval", 1, 0, {"source": "humaneval"})
+    alone.reset(task)
+    assert alone.observe("coder")[2]["content"].startswith("```python")
+
+
+@pytest.mark.parametrize("name", ["math", "code"])
+def test_a_file_split_that_shares_problems_with_evaluation_refuses_the_example(name):
+    with pytest.raises(ValueError, match="file_split='all' shares with the evaluation"):
+        make_env(name, worked_example=True, file_split="all")
 
 
 @pytest.mark.parametrize("name", sorted(SMALL))
