@@ -51,7 +51,7 @@ def first_and_last(curve: list[float]) -> str:
     return f"{number(statistics.fmean(curve[:RISE_WINDOW]))} / {number(statistics.fmean(curve[-RISE_WINDOW:]))}"
 
 
-def runs_table(found: dict[tuple[int, str], dict]) -> str:
+def runs_table(found: dict[tuple[int, str], dict], unit: str = "boards") -> str:
     if not found:
         return "No run has finished yet."
     lines = [["seed", "arm", *(f"{name}: before -> after" for name in ENDPOINTS.values()),
@@ -62,7 +62,7 @@ def runs_table(found: dict[tuple[int, str], dict]) -> str:
         curves = [first_and_last(r["reward_curve"]), first_and_last(r["zero_variance_curve"])]
         lines.append([str(seed), f"`{arm}`", *readings, *curves, f"{r['step_s_median']:.1f}"])
     boards = sorted({r["eval_tasks"] for r in found.values()})
-    return markdown_table(lines) + f"\n\n{', '.join(map(str, boards))} evaluation boards per reading, one episode each."
+    return markdown_table(lines) + f"\n\n{', '.join(map(str, boards))} evaluation {unit} per reading, one episode each."
 
 
 def gains(found: dict[tuple[int, str], dict], arm: str) -> dict[str, PairedSummary]:

@@ -54,7 +54,7 @@ def tables() -> dict[str, str]:
     found = learning_figures.records(DATA, start_arms=(START,))
     return {
         "regime": regime_text(),
-        "runs": learning_figures.runs_table(found),
+        "runs": learning_figures.runs_table(found, unit="problems"),
         "gains": learning_figures.gains_table(found),
         "checks": "\n\n".join(
             [
