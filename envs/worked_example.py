@@ -21,6 +21,15 @@ EXAMPLE_ATTEMPTS = 16  # training problems tried, from WORKED_EXAMPLE_SEED down,
 _examples: dict[tuple[type, str, str], tuple[Message, Message]] = {}
 
 
+def require_example_apart(config: Any) -> None:
+    """A problem-file config's example stays out of evaluation: `file_split="all"` puts every problem in both splits."""
+    if config.worked_example and config.file_split == "all":
+        raise ValueError(
+            "worked_example draws its problem from the train split, which file_split='all' shares with the "
+            "evaluation: an evaluated problem could show its own answer"
+        )
+
+
 def worked_example(env: Any, role: str, config: Any, start: Callable[[Any, int], None]) -> tuple[Message, Message]:
     """`role`'s worked example under `config` (the env's own, less what only one task has, such as an inline
     problem): `start(example, seed)` loads the training problem of `seed` into a clone of `env` that runs `config`

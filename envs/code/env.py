@@ -54,6 +54,7 @@ from verl_mas_envs.common import (
     require_seconds,
 )
 from verl_mas_envs.problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
+from verl_mas_envs.worked_example import require_example_apart
 
 from .cases import CallCase, CodeProblem, StdinCase, TestCase, brief_example, off_by_one, written_cases
 from .judge import CaseResult, JudgeLimits, Program, infra_failure, judge_each
@@ -95,11 +96,7 @@ class CodeConfig:
         require_problem_source(self, FILE_SPLITS)
         require_ints(self, max_turns=1, max_tester_cases=1, wrong_programs=0, shown_mismatches=0)
         require_flags(self, "single_agent", "brief_prompts", "brief_examples", "worked_example")
-        if self.worked_example and self.file_split == "all":
-            raise ValueError(
-                "worked_example draws its problem from the train split, which file_split='all' shares with the "
-                "evaluation: an evaluated problem could show its own answer"
-            )
+        require_example_apart(self)
         require_seconds(self, "case_time_s", "program_time_s")
         if self.brief_examples and not self.brief_prompts:
             raise ValueError("brief_examples shows examples in brief prompts: it needs brief_prompts=true")

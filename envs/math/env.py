@@ -50,6 +50,7 @@ from verl_mas_envs.common import (
     run_tool_program,
 )
 from verl_mas_envs.problem_team import FILE_SPLITS, FileSplit, ProblemTeamEnv
+from verl_mas_envs.worked_example import require_example_apart
 
 from .data import FORMS, Form, MathProblem
 from .grading import final_answer, grade_answer, last_boxed
@@ -97,11 +98,7 @@ class MathConfig:
             raise ValueError("problem and data_file exclude each other")
         require_ints(self, max_turns=1)
         require_flags(self, "single_agent", "brief_prompts", "worked_example")
-        if self.worked_example and self.file_split == "all":
-            raise ValueError(
-                "worked_example draws its problem from the train split, which file_split='all' shares with the "
-                "evaluation: an evaluated problem could show its own answer"
-            )
+        require_example_apart(self)
         require_seconds(self, "code_time_limit_s", "grade_time_limit_s")
 
 

@@ -82,11 +82,10 @@ def answer_baselines(config) -> dict[str, float]:
     env = make_env(config.env, **config.env_options)
     role = env.workflow().roles[0]
     golds: list[str] = []
-    example_reply = ""
     for task in split_tasks(config.env, "eval", config.eval_tasks, config.seed, config.env_options):
         env.reset(task)
-        example_reply = env.observe(role)[-2]["content"]
         golds.append(env.expert(role))
+    example_reply = env.observe(role)[-2]["content"]  # one example for every task of the config
     most_common = max(set(golds), key=golds.count)
     return {
         "copied_answer": golds.count(example_reply) / len(golds),
