@@ -92,7 +92,7 @@ def worker_spans_of(records: Sequence[Mapping[str, Any]], phase: Mapping[str, An
 def phase_overlaps(records: Sequence[Mapping[str, Any]], phase: str, mode: str = "concurrent") -> list[dict]:
     """For each step in which two or more policies ran `phase` in `mode`: each policy's trainer span (dispatch to
     answer) and worker compute span (first worker start to last worker end), and, for the first two policies, how
-    long their worker spans overlapped and the shorter of the two."""
+    long their worker spans overlapped."""
     by_step: dict[Any, list[dict]] = defaultdict(list)
     for record in phase_records(records, phase):
         if record["mode"] == mode:
@@ -116,7 +116,6 @@ def phase_overlaps(records: Sequence[Mapping[str, Any]], phase: str, mode: str =
         }
         if workers[a] is not None and workers[b] is not None:
             row["worker_overlap_s"] = overlap(workers[a], workers[b])
-            row["shorter_worker_s"] = min(workers[a][1] - workers[a][0], workers[b][1] - workers[b][0])
         rows.append(row)
     return rows
 
