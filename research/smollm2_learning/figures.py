@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from research.smollm2_learning.learning import ARMS, RUNS_FILE
@@ -23,10 +24,11 @@ RISE_WINDOW = 10
 
 
 def records(
-    folder: Path = DATA, start_arms: tuple[str, ...] = tuple(REGIME_DESIGNS["first"])
+    folder: Path = DATA, start_arms: tuple[str, ...] = tuple(REGIME_DESIGNS["first"]), arms: Sequence[str] = tuple(ARMS)
 ) -> dict[tuple[int, str], dict]:
-    """Every finished (seed, arm), in the design's order; a pair recorded twice, or one started from another start
-    than `start_arms` (this study's: the regime study's first design's arms), is an error, never a silent pick."""
+    """Every finished (seed, arm), in the order of `arms`; a pair recorded twice, an arm not in `arms`, or one started
+    from another start than `start_arms` (this study's: the regime study's first design's arms), is an error, never a
+    silent pick."""
     path = folder / RUNS_FILE
     found: dict[tuple[int, str], dict] = {}
     for line in path.read_text().splitlines() if path.exists() else []:
@@ -38,8 +40,10 @@ def records(
             )
         if key in found:
             raise ValueError(f"seed {key[0]}, arm {key[1]}: recorded twice in {path}")
+        if key[1] not in arms:
+            raise ValueError(f"seed {key[0]}: arm {key[1]!r} in {path} is not one of {tuple(arms)}")
         found[key] = record
-    return dict(sorted(found.items(), key=lambda item: (item[0][0], list(ARMS).index(item[0][1]))))
+    return dict(sorted(found.items(), key=lambda item: (item[0][0], list(arms).index(item[0][1]))))
 
 
 def reward_rises(record: dict) -> bool:
@@ -75,16 +79,24 @@ def seeds_with_both(found: dict[tuple[int, str], dict]) -> list[int]:
     return sorted({seed for seed, _ in found if all((seed, arm) in found for arm in ARMS)})
 
 
+GAINS_HEADER = ["arm", "endpoint", "change after minus before (SE) [95%]", "n", "p", "Holm p (3 endpoints)"]
+
+
+def gain_rows(found: dict[tuple[int, str], dict], arm: str) -> list[list[str]]:
+    """The arm's rows of a gains table: per endpoint its paired change, t test and Holm-adjusted p over the three."""
+    summaries = gains(found, arm)
+    p_values = [paired_p_value(summary) for summary in summaries.values()]
+    adjusted = holm_adjusted(p_values) if None not in p_values else [None] * len(p_values)
+    return [
+        [f"`{arm}`", ENDPOINTS[key], summary.text(), str(summary.n), number(p), number(holm)]
+        for (key, summary), p, holm in zip(summaries.items(), p_values, adjusted, strict=True)
+    ]
+
+
 def gains_table(found: dict[tuple[int, str], dict]) -> str:
     if not found:
         return "No run has finished yet."
-    lines = [["arm", "endpoint", "change after minus before (SE) [95%]", "n", "p", "Holm p (3 endpoints)"]]
-    for arm in ARMS:
-        summaries = gains(found, arm)
-        p_values = [paired_p_value(summary) for summary in summaries.values()]
-        adjusted = holm_adjusted(p_values) if None not in p_values else [None] * len(p_values)
-        for (key, summary), p, holm in zip(summaries.items(), p_values, adjusted, strict=True):
-            lines.append([f"`{arm}`", ENDPOINTS[key], summary.text(), str(summary.n), number(p), number(holm)])
+    lines = [GAINS_HEADER, *(row for arm in ARMS for row in gain_rows(found, arm))]
     status = "complete" if all((s, a) in found for s in DESIGN_SEEDS for a in ARMS) else "interim: not a result"
     return (
         markdown_table(lines)

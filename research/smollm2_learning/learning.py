@@ -89,8 +89,9 @@ class LowTemperatureEval(RunCallbacks):
         return {"eval_low/success": low["success"], "eval_low/invalid_move_share": low["invalid_move_share"]}
 
 
-def arm_overrides(arm: str, seed: int) -> list[str]:
-    return [value.format(seed_plus_1000=seed + 1000) for value in ARMS[arm]]
+def arm_overrides(arm: str, seed: int, arms: Mapping[str, list[str]] = ARMS) -> list[str]:
+    """The keys of `arm` (one of `arms`) at `seed`, its placeholders filled."""
+    return [value.format(seed_plus_1000=seed + 1000) for value in arms[arm]]
 
 
 def run_arm(out: Path, seed: int, arm: str, start_arm: str) -> dict:

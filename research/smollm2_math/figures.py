@@ -1,6 +1,7 @@
 """The arithmetic study's figures (research/smollm2_math/README.md), from data/regime.jsonl and data/runs.jsonl as
-research.smollm2_math writes them: the regime's readings with the chance yardsticks and the rule, and the learning
-runs' tables as the Plan-Path learning study computes them."""
+research.smollm2_math writes them: the regime's readings with the chance yardsticks and the rule, the first design's
+learning tables as the Plan-Path learning study computes them, and the second design's: the single agent's gain, the
+team minus the single agent, and verl's runs against their bars."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import json
 from pathlib import Path
 
 from research.smollm2_learning import figures as learning_figures
-from research.smollm2_math.study import REGIME_ARMS, REGIME_FILE, START
+from research.smollm2_math.study import FIRST_DESIGN_ARMS, LOCAL_ARMS, REGIME_ARMS, REGIME_FILE, START
 from research.smollm2_regime.figures import BAND, reading
 from research.smollm2_regime.regime import LOW_TEMPERATURE
-from verl_mas.stats import markdown_table, number
+from verl_mas.stats import markdown_table, number, paired_summary
 
 DATA = Path(__file__).resolve().parent / "data"
+# The second design's verl runs (seed 0), each with its local twin.
+VERL_TWINS = {"verl_shared": "at_grpo", "verl_per_role": "at_grpo_per_role"}
+ARM_ORDER = (*LOCAL_ARMS, *VERL_TWINS)
+Found = dict[tuple[int, str], dict]
 
 
 def regime_records() -> list[dict]:
@@ -50,18 +55,84 @@ def regime_text() -> str:
     )
 
 
+def single_text(found: Found) -> str:
+    """`single_grpo`'s own change, and the team (`at_grpo`) minus the single agent after RL, paired per seed."""
+    seeds = sorted(seed for seed, arm in found if arm == "single_grpo")
+    if not seeds:
+        return "No `single_grpo` run has finished yet."
+    status = "" if seeds == list(learning_figures.DESIGN_SEEDS) else " (interim: not a result)"
+    own = markdown_table([learning_figures.GAINS_HEADER, *learning_figures.gain_rows(found, "single_grpo")])
+    lines = [["endpoint", "`at_grpo` minus `single_grpo` after RL (SE) [95%]", "n", "seeds"]]
+    for key, name in learning_figures.ENDPOINTS.items():
+        both = [seed for seed in seeds if (seed, "at_grpo") in found]
+        gap = paired_summary([found[(s, "at_grpo")][key][1] - found[(s, "single_grpo")][key][1] for s in both])
+        lines.append([name, gap.text(), str(gap.n), ", ".join(map(str, both))])
+    return (
+        own
+        + f"\n\nThe single agent's change, paired per seed over {len(seeds)} seed(s){status}; Holm over its 3"
+        + " endpoints."
+        + "\n\n"
+        + markdown_table(lines)
+        + "\n\nThe team minus the single agent after 40 steps, paired per seed (the same seed reads the same problems);"
+        + " greedy is the design's endpoint, the others descriptive; uncorrected."
+    )
+
+
+def twin_floor(found: Found) -> float | None:
+    """The largest |at_grpo - at_grpo_again| greedy reading after RL over the seeds with both: the design's floor."""
+    gaps = [abs(found[(s, "at_grpo")]["greedy"][1] - found[(s, "at_grpo_again")]["greedy"][1])
+            for s, arm in found if arm == "at_grpo" and (s, "at_grpo_again") in found]  # fmt: skip
+    return max(gaps) if gaps else None
+
+
+def verl_text(found: Found) -> str:
+    """Per router, verl's greedy change paired per problem, and its reading after RL minus its local twin's against
+    the twins' floor."""
+    floor = twin_floor(found)
+    lines = [["arm", "greedy: before -> after", "change, paired per problem (SE) [95%]", "local twin after",
+              "verl minus twin", "bar"]]  # fmt: skip
+    for arm, twin in VERL_TWINS.items():
+        verl = found.get((0, arm))
+        if verl is None:
+            lines.append([f"`{arm}`", "not run yet", "", "", "", ""])
+            continue
+        before, after = verl["greedy_per_problem"]
+        change = paired_summary([a - b for a, b in zip(after, before, strict=True)])
+        local = found.get((0, twin))
+        gap = None if local is None else verl["greedy"][1] - local["greedy"][1]
+        gains = change.ci95 is not None and change.ci95[0] > 0
+        agrees = None if gap is None or floor is None else abs(gap) <= floor
+        bar = "met" if gains and agrees else ("open" if agrees is None and gains else "not met")
+        lines.append([
+            f"`{arm}`",
+            f"{number(verl['greedy'][0])} -> {number(verl['greedy'][1])}",
+            change.text(),
+            "-" if local is None else number(local["greedy"][1]),
+            "-" if gap is None else number(gap, signed=True),
+            bar,
+        ])  # fmt: skip
+    return (
+        markdown_table(lines)
+        + "\n\nSeed 0. The bar: the change's interval above 0, and |verl minus twin| within the floor, the largest"
+        + f" gap between an `at_grpo` run and its `at_grpo_again` twin ({number(floor)}); each bar uncorrected."
+    )
+
+
 def tables() -> dict[str, str]:
-    found = learning_figures.records(DATA, start_arms=(START,))
+    found = learning_figures.records(DATA, start_arms=(START,), arms=ARM_ORDER)
+    first = {key: record for key, record in found.items() if key[1] in FIRST_DESIGN_ARMS}
     return {
         "regime": regime_text(),
         "runs": learning_figures.runs_table(found, unit="problems"),
-        "gains": learning_figures.gains_table(found),
+        "gains": learning_figures.gains_table(first),
         "checks": "\n\n".join(
             [
-                learning_figures.validity_text(found),
-                learning_figures.sharpening_text(found),
-                learning_figures.noise_floor_text(found),
+                learning_figures.validity_text(first),
+                learning_figures.sharpening_text(first),
+                learning_figures.noise_floor_text(first),
             ]
         ),
-        "headline": learning_figures.headline(found),
+        "single": single_text(found),
+        "verl": verl_text(found),
+        "headline": learning_figures.headline(first),
     }

@@ -4,6 +4,9 @@ success before any RL) and AT-GRPO's learning from it, both as the page's design
     python -m research.smollm2_math regime [--out DIR]
     python -m research.smollm2_math learn [--seeds S ...] [--arms NAME ...] [--out DIR]
 
+`learn` runs the first design's arms unless --arms names others: the second design's local arms are `single_grpo`
+(seeds 0-2) and `at_grpo_per_role` (seed 0, the local twin of verl's per_role run).
+
 Regime arms append to DIR/regime.jsonl, learning runs to DIR/runs.jsonl (checkpoints every 10 steps; a run stopped
 part way resumes exactly; a finished one is not run again). Copy both into research/smollm2_math/data/.
 """
@@ -53,6 +56,14 @@ TASK = [
 ]
 REGIME_ARMS: dict[str, list[str]] = {"team": [], "single": ["env_options.single_agent=true"]}
 RL = ["steps=40", "eval_every=20", "checkpoint_every=10"]
+# The second design's local arms beside the first's: the single agent with GRPO (K whole episodes a task, one group
+# per task) and the local twin of verl's per_role run.
+LOCAL_ARMS: dict[str, list[str]] = {
+    **LEARNING_ARMS,
+    "single_grpo": ["env_options.single_agent=true", "rollout_mode=independent", "grouping=task"],
+    "at_grpo_per_role": ["router=per_role"],
+}
+FIRST_DESIGN_ARMS = tuple(LEARNING_ARMS)
 
 
 def regime_arm(name: str, out: Path) -> dict:
@@ -94,7 +105,7 @@ def answer_baselines(config) -> dict[str, float]:
 
 
 def learning_overrides(seed: int, arm: str) -> list[str]:
-    return [*TASK, *RL, *arm_overrides(arm, seed), f"seed={seed}"]
+    return [*TASK, *RL, *arm_overrides(arm, seed, LOCAL_ARMS), f"seed={seed}"]
 
 
 def appended(path: Path, record: dict) -> None:
@@ -106,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("part", choices=["regime", "learn"])
     parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1, 2])
-    parser.add_argument("--arms", nargs="*", default=list(LEARNING_ARMS), choices=list(LEARNING_ARMS))
+    parser.add_argument("--arms", nargs="*", default=list(FIRST_DESIGN_ARMS), choices=list(LOCAL_ARMS))
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

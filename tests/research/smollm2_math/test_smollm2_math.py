@@ -65,3 +65,59 @@ def test_the_regime_rule_asks_for_the_band_and_more_than_both_yardsticks(tmp_pat
     text = figures.regime_text()
     assert text.splitlines()[2].startswith("| `team` |")  # the design's order, whatever the file's
     assert ("The rule is met" in text) == met and ("learning runs do not go ahead" in text) == (not met)
+
+
+def test_the_second_designs_local_arms_change_only_what_they_name():
+    team = config_of(study.learning_overrides(1, "at_grpo"))
+    single = config_of(study.learning_overrides(1, "single_grpo"))
+    assert single.env_options["single_agent"] and (single.rollout_mode, single.grouping) == ("independent", "task")
+    assert (team.rollout_mode, team.grouping, team.router) == ("tree", "task_role_turn", "shared")
+    per_role = config_of(study.learning_overrides(0, "at_grpo_per_role"))
+    assert per_role.router == "per_role" and per_role.grouping == team.grouping
+    for config in (single, per_role):
+        assert (config.k, config.tasks_per_step, config.steps, config.update.lr) == (4, 4, 40, 1e-5)
+        assert config.sampler_seed is None
+
+
+def run_record(seed: int, arm: str, greedy_after: float, **extra) -> dict:
+    return {"seed": seed, "arm": arm, "start_arm": study.START, "eval_tasks": 64, "greedy": [0.2, greedy_after],
+            "sampled": [0.1, greedy_after - 0.1], "sampled_t0.5": [0.1, greedy_after], "reward_curve": [0.4] * 40,
+            "zero_variance_curve": [0.5] * 40, "step_s_median": 30.0, **extra}  # fmt: skip
+
+
+def write_runs(folder, records: list[dict]) -> None:
+    (folder / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_the_team_minus_the_single_agent_is_paired_per_seed_by_hand(tmp_path, monkeypatch):
+    monkeypatch.setattr(figures, "DATA", tmp_path)
+    write_runs(tmp_path, [run_record(0, "at_grpo", 1.0), run_record(0, "single_grpo", 0.5),
+                          run_record(1, "at_grpo", 0.9), run_record(1, "single_grpo", 0.6)])  # fmt: skip
+    text = figures.tables()["single"]
+    # greedy gaps 0.5 and 0.3: mean 0.4, SE 0.1, t(1) = 12.706 -> [-0.871, +1.671]
+    assert "| greedy | +0.400 (0.100) [-0.871, +1.671] | 2 | 0, 1 |" in text
+    assert "interim" in text and "| `single_grpo` | greedy | +0.350 (0.050)" in text
+
+
+def test_a_verl_run_meets_its_bar_only_gaining_and_within_the_twins_floor(tmp_path, monkeypatch):
+    monkeypatch.setattr(figures, "DATA", tmp_path)
+    before, after = [0] * 60 + [1] * 4, [0] * 8 + [1] * 56  # 0.0625 -> 0.875 paired per problem
+    verl = {"greedy_per_problem": [before, after]}
+    floor_runs = [run_record(0, "at_grpo", 0.9), run_record(0, "at_grpo_again", 0.8)]  # floor 0.1
+    write_runs(tmp_path, [*floor_runs, run_record(0, "verl_shared", 0.875, **verl)])
+    (shared, per_role) = figures.tables()["verl"].splitlines()[2:4]
+    assert shared.startswith("| `verl_shared` |") and shared.endswith("| 0.900 | -0.025 | met |")
+    assert "not run yet" in per_role
+    write_runs(tmp_path, [*floor_runs, run_record(0, "verl_shared", 0.7, **verl)])  # 0.2 below its twin
+    assert figures.tables()["verl"].splitlines()[2].endswith("| -0.200 | not met |")
+    flat = {"greedy_per_problem": [before, before]}
+    write_runs(tmp_path, [run_record(0, "verl_shared", 0.0625, **flat), run_record(0, "verl_per_role", 0.9, **verl)])
+    shared, per_role = figures.tables()["verl"].splitlines()[2:4]
+    assert shared.endswith("| not met |") and per_role.endswith("| - | - | open |")  # no twin, no floor yet
+
+
+def test_an_arm_outside_the_design_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(figures, "DATA", tmp_path)
+    write_runs(tmp_path, [run_record(0, "mystery", 0.5)])
+    with pytest.raises(ValueError, match="arm 'mystery'"):
+        figures.tables()
