@@ -1,10 +1,11 @@
-"""Benchmark: the `smollm2` preset end to end, as a user runs it on a fresh machine: `verl-mas model` into an empty
-cache (the conversion), then `verl-mas train preset=smollm2`, each timed by wall clock; the run's own metrics split
-the training command into its evaluations, its RL steps and the rest (loading and the format tune).
+"""Benchmark: a real-model preset end to end, as a user runs it on a fresh machine: `verl-mas model` into an empty
+cache (the conversion), then `verl-mas train preset=NAME`, each timed by wall clock; the run's own metrics split
+the training command into its evaluations, its RL steps and the rest (loading and any format tune).
 
-Run: python benchmarks/time_preset.py [--out FILE] [key=value ...]
-Prints the parts and writes FILE (default benchmarks/results/preset_smollm2.json; the recorded run is
-research/smollm2_speed/data/preset_smollm2.json). Times are one run's: run it on an otherwise idle machine.
+Run: python benchmarks/time_preset.py [--preset NAME] [--out FILE] [key=value ...]
+Prints the parts and writes FILE (default benchmarks/results/preset_NAME.json; the recorded runs are
+research/smollm2_speed/data/preset_smollm2.json and preset_smollm2_math.json). Times are one run's: run it on an
+otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ def timed(command: list[str], env: dict[str, str], log: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "preset_smollm2.json")
-    parser.add_argument("overrides", nargs="*", help="key=value overrides after preset=smollm2 (none for the record)")
+    parser.add_argument("--preset", default="smollm2", choices=["smollm2", "smollm2_math"])
+    parser.add_argument("--out", type=Path, help="default: benchmarks/results/preset_NAME.json")
+    parser.add_argument("overrides", nargs="*", help="key=value overrides after preset=NAME (none for the record)")
     args = parser.parse_args()
+    out = args.out or REPO / "benchmarks" / "results" / f"preset_{args.preset}.json"
     with tempfile.TemporaryDirectory(prefix="time_preset.") as scratch:
         env = os.environ | {CACHE_ENV: str(Path(scratch) / "cache")}
         log, run = Path(scratch) / "output.log", Path(scratch) / "run"
-        train = [VERL_MAS, "train", "preset=smollm2", *args.overrides, f"output_dir={run}"]
+        train = [VERL_MAS, "train", f"preset={args.preset}", *args.overrides, f"output_dir={run}"]
         conversion_s = timed([VERL_MAS, "model", MODEL], env, log)
         train_s = timed(train, env, log)
         rows = read_metrics(run)
@@ -56,8 +59,8 @@ def main() -> None:
     overrides = "".join(f" {override}" for override in args.overrides)
     found = {
         "date": time.strftime("%Y-%m-%d"),
-        "command": f"python benchmarks/time_preset.py{overrides}",
-        "train_command": f"verl-mas train preset=smollm2{overrides}",
+        "command": f"python benchmarks/time_preset.py --preset {args.preset}{overrides}",
+        "train_command": f"verl-mas train preset={args.preset}{overrides}",
         "cpus": os.cpu_count(),
         "conversion_s": round(conversion_s, 1),
         "train_s": round(train_s, 1),
@@ -70,8 +73,8 @@ def main() -> None:
         "sampled": [readings[0].get("eval_sampled/success"), readings[-1].get("eval_sampled/success")],
     }
     found["load_and_tune_s"] = round(train_s - found["rl_s"] - found["evaluation_s"], 1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(found, indent=2) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(found, indent=2) + "\n")
     print(json.dumps(found, indent=2))
 
 

@@ -62,6 +62,35 @@ SMOLLM2_OVERRIDES = {
     "output_dir": "runs/smollm2",
 }
 
+# The reasons and measurements behind these values: docs/presets.md, "smollm2_math".
+SMOLLM2_MATH_OVERRIDES = {
+    "env": "math",
+    "model": {"path": "smollm2-135m-instruct"},
+    "warm_start": {"tune_loaded": False},
+    "env_options": {
+        "source_options": {
+            "min_terms": 2,
+            "max_terms": 2,
+            "max_digits": 1,
+            "operators": ["+", "-"],
+            "allow_parentheses": False,
+            "allow_negation": False,
+        },
+        "brief_prompts": True,
+        "worked_example": True,
+        "max_turns": 2,
+    },
+    "k": 4,
+    "tasks_per_step": 4,
+    "steps": 20,
+    "eval_tasks": 64,
+    "eval_every": 20,
+    "eval_samples": 1,
+    "sampling": {"max_new_tokens": 32},
+    "update": {"lr": 1e-5, "micro_batch_size": 16},
+    "output_dir": "runs/smollm2_math",
+}
+
 PRESETS: dict[str, Preset] = {
     "default": Preset("the embedded default: tiny model, Plan-Path, AT-GRPO, one model shared by all roles (L1)", {}),
     "smoke": Preset(
@@ -84,6 +113,11 @@ PRESETS: dict[str, Preset] = {
         "moves at a pretrained lr, then AT-GRPO on 4x4 Plan-Path",
         SMOLLM2_OVERRIDES,
         for_envs=("plan_path",),
+    ),
+    "smollm2_math": Preset(
+        "the real SmolLM2-135M-Instruct as released, on easy arithmetic (env=math, two one-digit terms) with a worked "
+        "example in every prompt: 20 AT-GRPO steps",
+        SMOLLM2_MATH_OVERRIDES,
     ),
     "per_role": Preset("L3: one whole model per role", {"router": "per_role", "output_dir": "runs/per_role"}),
     "lora_per_role": Preset(
@@ -160,6 +194,12 @@ def resolve_train_config(
         names = [names]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ValueError(f"preset must be a name or a list of names, got {names!r}")
+    for name in names:  # a preset made for one env (it names it) is never silently run on another
+        own_env = preset(name).overrides.get("env")
+        if own_env is not None and overrides.get("env", own_env) != own_env:
+            raise ValueError(
+                f"preset={name} is for env {own_env} alone ({preset(name).description}), not env={overrides['env']}"
+            )
     config = base or LocalTrainConfig()
     if overrides.get("env", config.env) != config.env:  # before the presets, so that their env options stay
         config = for_env(config, overrides.pop("env"))

@@ -3,6 +3,7 @@ records (the real model's runs are the study itself)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -121,3 +122,13 @@ def test_an_arm_outside_the_design_is_refused(tmp_path, monkeypatch):
     write_runs(tmp_path, [run_record(0, "mystery", 0.5)])
     with pytest.raises(ValueError, match="arm 'mystery'"):
         figures.tables()
+
+
+def test_the_smollm2_math_preset_is_the_first_20_steps_of_the_designs_at_grpo_run():
+    """The preset's readings at step 20 are the study's `at_grpo` runs' at their step 20 (the RL lr is constant and
+    both evaluate at 0 and 20), which is what docs/presets.md quotes."""
+    preset = config_of(["preset=smollm2_math", "seed=1"])
+    study_run = config_of([*study.learning_overrides(1, "at_grpo"), "steps=20"])
+    same = {"output_dir": "x", "progress": True, "checkpoint_every": 0}
+    assert dataclasses.replace(preset, **same) == dataclasses.replace(study_run, **same)
+    assert (preset.steps, preset.eval_every) == (20, 20) and study_run.eval_every == 20

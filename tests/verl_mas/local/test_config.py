@@ -201,3 +201,13 @@ def test_the_infra_failure_share_is_a_probability(share: float) -> None:
     assert LocalTrainConfig().max_infra_failure_share == 0.1
     with pytest.raises(ValueError, match="max_infra_failure_share"):
         LocalTrainConfig(max_infra_failure_share=share)
+
+
+def test_a_preset_that_names_its_env_runs_there_and_refuses_another():
+    config = resolve_train_config(parse_overrides(["preset=smollm2_math"]))
+    assert config.env == "math" and config.env_options["worked_example"] and "size" not in config.env_options
+    make_env(config.env, **config.env_options)  # the math env takes every option the preset gives it
+    assert resolve_train_config(parse_overrides(["env=math", "preset=smollm2_math"])) == config
+    assert resolve_train_config(parse_overrides(["preset=[smollm2_math,per_role]"])).router == "per_role"
+    with pytest.raises(ValueError, match=r"^preset=smollm2_math is for env math alone .*, not env=sokoban$"):
+        resolve_train_config(parse_overrides(["env=sokoban", "preset=smollm2_math"]))
