@@ -144,7 +144,7 @@ class LocalRun:
         # them, loaded weights only when warm_start.tune_loaded asks for a tune.
         pairs = []
         if checkpoint is None and trains_warm_start(config):
-            log(f"collecting expert moves on {config.warm_start.tasks} warm-start boards")
+            log(f"collecting expert moves on {config.warm_start.tasks} warm-start tasks")
             pairs = collect_expert_pairs(config, self.router)
         if checkpoint is not None:
             self.tokenizer = checkpoint_tokenizer(checkpoint)
@@ -405,7 +405,7 @@ def train(
     for callback in run.callbacks:
         callback.started(run, start)
     if saved is None:
-        log(f"evaluating before RL on {config.eval_tasks} boards")
+        log(f"evaluating before RL on {config.eval_tasks} tasks")
         started = time.perf_counter()
         before, before_metrics = run.evaluate()
         log(f"eval success before RL: {before:.3f}")

@@ -326,11 +326,11 @@ def test_every_phase_before_rl_says_it_has_started(tmp_path):
     train(config, log=lines.append)
     epochs = config.warm_start.epochs
     expected = [
-        f"collecting expert moves on {config.warm_start.tasks} warm-start boards",
+        f"collecting expert moves on {config.warm_start.tasks} warm-start tasks",
         "training a ",
         "warm start shared: ",
         *(f"warm start shared: epoch {epoch}/{epochs}: mean loss" for epoch in range(1, epochs + 1)),
-        f"evaluating before RL on {config.eval_tasks} boards",
+        f"evaluating before RL on {config.eval_tasks} tasks",
     ]
     found, position = [], 0
     for prefix in expected:
