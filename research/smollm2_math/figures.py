@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from research.smollm2_learning import figures as learning_figures
+from research.smollm2_math import verl_runs
 from research.smollm2_math.study import FIRST_DESIGN_ARMS, LOCAL_ARMS, REGIME_ARMS, REGIME_FILE, START
 from research.smollm2_regime.figures import BAND, reading
 from research.smollm2_regime.regime import LOW_TEMPERATURE
@@ -16,7 +17,7 @@ from verl_mas.stats import markdown_table, number, paired_summary
 
 DATA = Path(__file__).resolve().parent / "data"
 # The second design's verl runs (seed 0), each with its local twin.
-VERL_TWINS = {"verl_shared": "at_grpo", "verl_per_role": "at_grpo_per_role"}
+VERL_TWINS = {verl_runs.ARMS[router]: verl_runs.TWINS[router] for router in verl_runs.ROUTERS}
 ARM_ORDER = (*LOCAL_ARMS, *VERL_TWINS)
 Found = dict[tuple[int, str], dict]
 
