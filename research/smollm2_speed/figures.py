@@ -11,7 +11,7 @@ from verl_mas.stats import markdown_table
 
 DATA = Path(__file__).resolve().parent / "data"
 RESULT_FILE = "real_model.json"
-PRESET_FILE = "preset_smollm2.json"  # benchmarks/time_preset.py
+PRESET_FILES = {"preset": "preset_smollm2.json", "preset_math": "preset_smollm2_math.json"}  # time_preset.py
 MODEL = "smollm2-135m-instruct"
 GOAL_S = 90.0  # the issue's goal for one AT-GRPO step at the study's batch on 2 free cores
 
@@ -68,9 +68,9 @@ def headline() -> str:
     )
 
 
-def preset_table() -> str:
-    """The preset end to end (benchmarks/time_preset.py): the conversion, then the training command by part."""
-    path = DATA / PRESET_FILE
+def preset_table(file_name: str) -> str:
+    """A preset end to end (benchmarks/time_preset.py): the conversion, then the training command by part."""
+    path = DATA / file_name
     if not path.exists():
         return "Not timed yet."
     found = json.loads(path.read_text())
@@ -79,7 +79,7 @@ def preset_table() -> str:
         ["part", "wall, min"],
         [f"`verl-mas model {MODEL}` into an empty cache (the conversion)", f"{found['conversion_s'] / 60:.1f}"],
         [f"`{found['train_command']}`", f"{found['train_s'] / 60:.1f}"],
-        ["- loading and the format tune", f"{found['load_and_tune_s'] / 60:.1f}"],
+        ["- loading (and the format tune, where the preset has one)", f"{found['load_and_tune_s'] / 60:.1f}"],
         [f"- {found['evaluations']} evaluations (greedy and sampled)", f"{found['evaluation_s'] / 60:.1f}"],
         [f"- {found['rl_steps']} AT-GRPO steps (median {found['step_s_median']:.1f} s)", f"{found['rl_s'] / 60:.1f}"],
         ["both commands", f"{total / 60:.1f}"],
@@ -92,4 +92,6 @@ def preset_table() -> str:
 
 
 def tables() -> dict[str, str]:
-    return {"speed": speed_table(), "headline": headline(), "preset": preset_table()}
+    return {"speed": speed_table(), "headline": headline()} | {
+        block: preset_table(file_name) for block, file_name in PRESET_FILES.items()
+    }

@@ -156,13 +156,15 @@ def test_the_preset_timing_splits_the_training_command_into_its_parts(tmp_path, 
     from research.smollm2_speed import figures
 
     monkeypatch.setattr(figures, "DATA", tmp_path)
-    assert figures.preset_table() == "Not timed yet."
+    blocks = figures.PRESET_FILES
+    assert [figures.preset_table(name) for name in blocks.values()] == ["Not timed yet."] * 2
     found = {"date": "2026-12-07", "command": "python benchmarks/time_preset.py", "cpus": 2, "conversion_s": 30.0,
              "train_command": "verl-mas train preset=smollm2", "train_s": 1500.0, "load_and_tune_s": 600.0,
              "evaluations": 4, "evaluation_s": 300.0, "rl_steps": 30, "rl_s": 600.0, "step_s_median": 19.5,
              "greedy": [0.2, 0.25], "sampled": [0.2, 0.1]}  # fmt: skip
-    (tmp_path / figures.PRESET_FILE).write_text(json.dumps(found))
-    table = figures.preset_table()
+    (tmp_path / blocks["preset"]).write_text(json.dumps(found))
+    table = figures.preset_table(blocks["preset"])
+    assert figures.preset_table(blocks["preset_math"]) == "Not timed yet."  # each block reads its own preset's file
     assert "| `verl-mas train preset=smollm2` | 25.0 |" in table
     assert "| - 30 AT-GRPO steps (median 19.5 s) | 10.0 |" in table
     assert "| both commands | 25.5 |" in table  # (30 + 1500) s
