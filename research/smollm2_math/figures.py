@@ -79,6 +79,20 @@ def single_text(found: Found) -> str:
     )
 
 
+def single_headline(found: Found) -> str:
+    """The results table's line: the team minus the single agent after RL, and the single agent's own change."""
+    seeds = [seed for seed, arm in found if arm == "single_grpo" and (seed, "at_grpo") in found]
+    if not seeds:
+        return "Not run yet."
+    gap = paired_summary([found[(s, "at_grpo")]["greedy"][1] - found[(s, "single_grpo")]["greedy"][1] for s in seeds])
+    own = learning_figures.gains(found, "single_grpo")["greedy"]
+    status = "" if len(seeds) >= len(learning_figures.DESIGN_SEEDS) else " (interim)"
+    return (
+        f"Team minus single agent after 40 steps, greedy: {gap.text()}; the single agent's own change: {own.text()};"
+        f" n = {gap.n} seeds{status}"
+    )
+
+
 def twin_floor(found: Found) -> float | None:
     """The largest |at_grpo - at_grpo_again| greedy reading after RL over the seeds with both: the design's floor."""
     gaps = [abs(found[(s, "at_grpo")]["greedy"][1] - found[(s, "at_grpo_again")]["greedy"][1])
@@ -136,4 +150,5 @@ def tables() -> dict[str, str]:
         "single": single_text(found),
         "verl": verl_text(found),
         "headline": learning_figures.headline(first),
+        "single_headline": single_headline(found),
     }

@@ -98,6 +98,10 @@ def test_the_team_minus_the_single_agent_is_paired_per_seed_by_hand(tmp_path, mo
     # greedy gaps 0.5 and 0.3: mean 0.4, SE 0.1, t(1) = 12.706 -> [-0.871, +1.671]
     assert "| greedy | +0.400 (0.100) [-0.871, +1.671] | 2 | 0, 1 |" in text
     assert "interim" in text and "| `single_grpo` | greedy | +0.350 (0.050)" in text
+    assert figures.tables()["single_headline"] == (
+        "Team minus single agent after 40 steps, greedy: +0.400 (0.100) [-0.871, +1.671]; the single agent's own "
+        "change: +0.350 (0.050) [-0.285, +0.985]; n = 2 seeds (interim)"
+    )
 
 
 def test_a_verl_run_meets_its_bar_only_gaining_and_within_the_twins_floor(tmp_path, monkeypatch):
