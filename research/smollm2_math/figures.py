@@ -9,16 +9,23 @@ import json
 from pathlib import Path
 
 from research.smollm2_learning import figures as learning_figures
-from research.smollm2_math import verl_runs
-from research.smollm2_math.study import FIRST_DESIGN_ARMS, LOCAL_ARMS, REGIME_ARMS, REGIME_FILE, START
+from research.smollm2_math.study import (
+    FIRST_DESIGN_ARMS,
+    LOCAL_ARMS,
+    REGIME_ARMS,
+    REGIME_FILE,
+    START,
+    VERL_ARMS,
+    VERL_TWINS,
+)
 from research.smollm2_regime.figures import BAND, reading
 from research.smollm2_regime.regime import LOW_TEMPERATURE
 from verl_mas.stats import markdown_table, number, paired_summary
 
 DATA = Path(__file__).resolve().parent / "data"
 # The second design's verl runs (seed 0), each with its local twin.
-VERL_TWINS = {verl_runs.ARMS[router]: verl_runs.TWINS[router] for router in verl_runs.ROUTERS}
-ARM_ORDER = (*LOCAL_ARMS, *VERL_TWINS)
+TWIN_OF_VERL_ARM = {VERL_ARMS[router]: VERL_TWINS[router] for router in VERL_ARMS}
+ARM_ORDER = (*LOCAL_ARMS, *TWIN_OF_VERL_ARM)
 Found = dict[tuple[int, str], dict]
 
 
@@ -61,7 +68,7 @@ def single_text(found: Found) -> str:
     seeds = sorted(seed for seed, arm in found if arm == "single_grpo")
     if not seeds:
         return "No `single_grpo` run has finished yet."
-    status = "" if seeds == list(learning_figures.DESIGN_SEEDS) else " (interim: not a result)"
+    status = "" if complete(seeds) else " (interim: not a result)"
     own = markdown_table([learning_figures.GAINS_HEADER, *learning_figures.gain_rows(found, "single_grpo")])
     lines = [["endpoint", "`at_grpo` minus `single_grpo` after RL (SE) [95%]", "n", "seeds"]]
     for key, name in learning_figures.ENDPOINTS.items():
@@ -79,34 +86,38 @@ def single_text(found: Found) -> str:
     )
 
 
+def complete(seeds: list[int]) -> bool:
+    return set(seeds) >= set(learning_figures.DESIGN_SEEDS)
+
+
 def single_headline(found: Found) -> str:
     """The results table's line: the team minus the single agent after RL, and the single agent's own change."""
     seeds = [seed for seed, arm in found if arm == "single_grpo" and (seed, "at_grpo") in found]
     if not seeds:
         return "Not run yet."
     gap = paired_summary([found[(s, "at_grpo")]["greedy"][1] - found[(s, "single_grpo")]["greedy"][1] for s in seeds])
-    own = learning_figures.gains(found, "single_grpo")["greedy"]
-    status = "" if len(seeds) >= len(learning_figures.DESIGN_SEEDS) else " (interim)"
+    own = learning_figures.gains({key: r for key, r in found.items() if key[0] in seeds}, "single_grpo")["greedy"]
+    status = "" if complete(seeds) else " (interim)"
     return (
         f"Team minus single agent after 40 steps, greedy: {gap.text()}; the single agent's own change: {own.text()};"
         f" n = {gap.n} seeds{status}"
     )
 
 
-def twin_floor(found: Found) -> float | None:
-    """The largest |at_grpo - at_grpo_again| greedy reading after RL over the seeds with both: the design's floor."""
-    gaps = [abs(found[(s, "at_grpo")]["greedy"][1] - found[(s, "at_grpo_again")]["greedy"][1])
+def twin_gaps(found: Found) -> list[float]:
+    """|at_grpo - at_grpo_again| greedy after RL, per seed with both: the largest is the design's floor."""
+    return [abs(found[(s, "at_grpo")]["greedy"][1] - found[(s, "at_grpo_again")]["greedy"][1])
             for s, arm in found if arm == "at_grpo" and (s, "at_grpo_again") in found]  # fmt: skip
-    return max(gaps) if gaps else None
 
 
 def verl_text(found: Found) -> str:
     """Per router, verl's greedy change paired per problem, and its reading after RL minus its local twin's against
     the twins' floor."""
-    floor = twin_floor(found)
+    gaps = twin_gaps(found)
+    floor = max(gaps) if gaps else None
     lines = [["arm", "greedy: before -> after", "change, paired per problem (SE) [95%]", "local twin after",
               "verl minus twin", "bar"]]  # fmt: skip
-    for arm, twin in VERL_TWINS.items():
+    for arm, twin in TWIN_OF_VERL_ARM.items():
         verl = found.get((0, arm))
         if verl is None:
             lines.append([f"`{arm}`", "not run yet", "", "", "", ""])
@@ -129,7 +140,8 @@ def verl_text(found: Found) -> str:
     return (
         markdown_table(lines)
         + "\n\nSeed 0. The bar: the change's interval above 0, and |verl minus twin| within the floor, the largest"
-        + f" gap between an `at_grpo` run and its `at_grpo_again` twin ({number(floor)}); each bar uncorrected."
+        + f" gap between an `at_grpo` run and its `at_grpo_again` twin ({number(floor)}, over {len(gaps)} seeds);"
+        + " each bar uncorrected."
     )
 
 

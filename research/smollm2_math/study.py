@@ -64,6 +64,10 @@ LOCAL_ARMS: dict[str, list[str]] = {
     "at_grpo_per_role": ["router=per_role"],
 }
 FIRST_DESIGN_ARMS = tuple(LEARNING_ARMS)
+# The second design's verl runs (research.smollm2_math.verl_runs), per router: the arm and its local twin, whose
+# overrides are the verl run's config.
+VERL_ARMS = {"shared": "verl_shared", "per_role": "verl_per_role"}
+VERL_TWINS = {"shared": "at_grpo", "per_role": "at_grpo_per_role"}
 
 
 def regime_arm(name: str, out: Path) -> dict:

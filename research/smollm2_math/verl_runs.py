@@ -38,10 +38,8 @@ from verl_mas.overrides import parse_overrides
 from verl_mas.rollout import EpisodeResult
 from verl_mas.router import PolicyRouter
 
-ROUTERS = ("shared", "per_role")
-ARMS = {"shared": "verl_shared", "per_role": "verl_per_role"}
-# Each verl run's local twin (the design's): its overrides are the verl run's config.
-TWINS = {"shared": "at_grpo", "per_role": "at_grpo_per_role"}
+ROUTERS = tuple(study.VERL_ARMS)
+ARMS, TWINS = study.VERL_ARMS, study.VERL_TWINS
 SAVE_EVERY = 10  # the design's checkpoints
 KEEP_CHECKPOINTS = 2  # per policy: the last one is read, the one before it is a spare (each ~1.6 GB with Adam)
 DEFAULT_TIMEOUT_S = 6 * 3600

@@ -194,15 +194,20 @@ def resolve_train_config(
         names = [names]
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ValueError(f"preset must be a name or a list of names, got {names!r}")
-    for name in names:  # a preset made for one env (it names it) is never silently run on another
-        own_env = preset(name).overrides.get("env")
-        if own_env is not None and overrides.get("env", own_env) != own_env:
-            raise ValueError(
-                f"preset={name} is for env {own_env} alone ({preset(name).description}), not env={overrides['env']}"
-            )
     config = base or LocalTrainConfig()
-    if overrides.get("env", config.env) != config.env:  # before the presets, so that their env options stay
-        config = for_env(config, overrides.pop("env"))
+    # The run's env comes first, so that every preset applies to it: the one the caller gives (a key, or a base it
+    # built), else the one a preset names. A preset that names its env is never silently run on another.
+    named = {name: preset(name).overrides["env"] for name in names if "env" in preset(name).overrides}
+    given = overrides.get("env", base.env if base is not None else None)
+    for name, env in named.items():
+        if len(set(named.values())) > 1:
+            raise ValueError(f"presets {', '.join(named)} name different envs: {', '.join(named.values())}")
+        if given is not None and given != env:
+            raise ValueError(f"preset={name} is for env {env} alone ({preset(name).description}), not env={given}")
+    env = given or next(iter(named.values()), config.env)
+    overrides.pop("env", None)
+    if env != config.env:  # before the presets, so that their env options stay
+        config = for_env(config, env)
     for name in names:
         config = apply_train_overrides(config, preset_overrides(name, config.env))
     return apply_train_overrides(config, overrides)

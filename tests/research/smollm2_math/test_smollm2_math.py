@@ -75,9 +75,9 @@ def test_the_second_designs_local_arms_change_only_what_they_name():
     assert (team.rollout_mode, team.grouping, team.router) == ("tree", "task_role_turn", "shared")
     per_role = config_of(study.learning_overrides(0, "at_grpo_per_role"))
     assert per_role.router == "per_role" and per_role.grouping == team.grouping
-    for config in (single, per_role):
-        assert (config.k, config.tasks_per_step, config.steps, config.update.lr) == (4, 4, 40, 1e-5)
-        assert config.sampler_seed is None
+    single_back = {"env_options": team.env_options, "rollout_mode": "tree", "grouping": "task_role_turn"}
+    assert single != team and dataclasses.replace(single, **single_back) == team
+    assert per_role != team and dataclasses.replace(per_role, router="shared", seed=1) == team
 
 
 def run_record(seed: int, arm: str, greedy_after: float, **extra) -> dict:

@@ -186,10 +186,10 @@ def test_the_reward_curve_weights_each_turns_mean_by_its_samples():
 
 
 def test_the_rows_read_at_each_checkpoint_come_from_its_loaders_state(tmp_path):
-    for policy, step, rows in [("reasoner", 10, 40), ("tool", 10, 40), ("reasoner", 20, 80), ("tool", 20, 76)]:
+    for policy, step, yielded in [("reasoner", 10, 40), ("tool", 10, 40), ("reasoner", 20, 80), ("tool", 20, 76)]:
         folder = tmp_path / policy / f"global_step_{step}"
         folder.mkdir(parents=True)
-        torch.save({"_sampler_iter_state": {"samples_yielded": rows}, "_num_yielded": step}, folder / "data.pt")
+        torch.save({"_sampler_iter_state": {"samples_yielded": yielded}, "_num_yielded": step}, folder / "data.pt")
     assert verl_runs.rows_read(tmp_path) == {10: 40, 20: -1}  # the policies' loaders disagree at step 20
 
 

@@ -211,3 +211,10 @@ def test_a_preset_that_names_its_env_runs_there_and_refuses_another():
     assert resolve_train_config(parse_overrides(["preset=[smollm2_math,per_role]"])).router == "per_role"
     with pytest.raises(ValueError, match=r"^preset=smollm2_math is for env math alone .*, not env=sokoban$"):
         resolve_train_config(parse_overrides(["env=sokoban", "preset=smollm2_math"]))
+    # an env the caller built into its base counts as given: research harnesses pass one
+    with pytest.raises(ValueError, match=r"^preset=smollm2_math is for env math alone .*, not env=sudoku$"):
+        resolve_train_config({"preset": "smollm2_math"}, LocalTrainConfig(env="sudoku", env_options={}))
+    # the env is decided before any preset applies: a Plan-Path preset listed first keeps only its other keys
+    both = resolve_train_config(parse_overrides(["preset=[smollm2,smollm2_math]"]))
+    assert both.env_options == config.env_options and "size" not in both.warm_start.env_options
+    assert both.warm_start.tasks == 128 and not both.warm_start.tune_loaded  # smollm2's tune size, the later preset's
