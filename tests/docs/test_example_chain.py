@@ -13,11 +13,12 @@ from doc_commands import DocCommand, extract
 from verl_mas import cli
 from verl_mas.local.presets import resolve_train_config
 from verl_mas.overrides import parse_overrides
+from verl_mas.pretrained import is_pretrained_name
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").glob("*.md")])
 # Examples the smoke-size run leaves out, and why: what they need is not on a CPU test machine.
-NOT_RUN = {"device=cuda": "needs a GPU", "preset=smollm2": "converts a 0.5 GB model (make test-real-model runs it)"}
+NOT_RUN = {"device=cuda": "needs a GPU"}  # and every example that loads the registered real model (`real_model`)
 # Appended to every train example: two steps of the smoke preset's size, whatever steps the doc asks for. Any
 # checkpoint_every > 0 still saves the last step, so a chain holds at two steps exactly when it holds at the doc's.
 SMOKE_PINS = ("steps=2", "progress=false")
@@ -95,6 +96,24 @@ def at_smoke_size(words: tuple[str, ...]) -> list[str]:
     return [command, *overrides, *(SMOKE_PINS if command == "train" else ())]
 
 
+def real_model(command: DocCommand) -> bool:
+    """Whether the example loads a registered pretrained model (a 0.5 GB conversion and minutes of CPU even at two
+    steps: `make test-real-model` runs that model)."""
+    if command.words[1] != "train":
+        return False
+    return is_pretrained_name(resolve_train_config(parse_overrides(list(command.words[2:]))).model.path)
+
+
+def test_the_real_model_examples_are_told_apart_by_their_config():
+    def example(*words: str) -> DocCommand:
+        return DocCommand(Path("x"), 1, "cli", ("verl-mas", *words), " ".join(words))
+
+    assert real_model(example("train", "preset=smollm2_math")) and real_model(example("train", "preset=smollm2"))
+    assert real_model(example("train", "model.path=smollm2-135m-instruct", "steps=3"))
+    assert not real_model(example("train", "preset=per_role", "steps=60"))
+    assert not real_model(example("eval", "checkpoint=runs/a"))
+
+
 def test_the_smoke_size_keeps_the_examples_own_keys_and_presets():
     assert at_smoke_size(("verl-mas", "train", "preset=per_role", "steps=60", "checkpoint_every=60")) == [
         "train", "preset=[smoke,per_role]", "steps=60", "checkpoint_every=60", *SMOKE_PINS,
@@ -111,7 +130,7 @@ def test_the_readmes_train_and_eval_examples_run_in_order_at_the_smoke_size(tmp_
     monkeypatch.chdir(tmp_path)
     ran = []
     for command in train_and_eval_examples(REPO / "README.md"):
-        if any(marker in command.words for marker in NOT_RUN):
+        if any(marker in command.words for marker in NOT_RUN) or real_model(command):
             continue
         argv = at_smoke_size(command.words)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as stderr:
