@@ -20,7 +20,7 @@ from research.smollm2_math.study import (
 )
 from research.smollm2_regime.figures import BAND, reading
 from research.smollm2_regime.regime import LOW_TEMPERATURE
-from verl_mas.stats import markdown_table, number, paired_summary
+from verl_mas.stats import PairedSummary, markdown_table, number, paired_summary
 
 DATA = Path(__file__).resolve().parent / "data"
 # The second design's verl runs (seed 0), each with its local twin.
@@ -71,10 +71,9 @@ def single_text(found: Found) -> str:
     status = "" if complete(seeds) else " (interim: not a result)"
     own = markdown_table([learning_figures.GAINS_HEADER, *learning_figures.gain_rows(found, "single_grpo")])
     lines = [["endpoint", "`at_grpo` minus `single_grpo` after RL (SE) [95%]", "n", "seeds"]]
+    both = seeds_with_team(found)
     for key, name in learning_figures.ENDPOINTS.items():
-        both = [seed for seed in seeds if (seed, "at_grpo") in found]
-        gap = paired_summary([found[(s, "at_grpo")][key][1] - found[(s, "single_grpo")][key][1] for s in both])
-        lines.append([name, gap.text(), str(gap.n), ", ".join(map(str, both))])
+        lines.append([name, team_gap(found, both, key).text(), str(len(both)), ", ".join(map(str, both))])
     return (
         own
         + f"\n\nThe single agent's change, paired per seed over {len(seeds)} seed(s){status}; Holm over its 3"
@@ -90,12 +89,22 @@ def complete(seeds: list[int]) -> bool:
     return set(seeds) >= set(learning_figures.DESIGN_SEEDS)
 
 
+def seeds_with_team(found: Found) -> list[int]:
+    """The seeds where both `single_grpo` and `at_grpo` finished."""
+    return sorted(seed for seed, arm in found if arm == "single_grpo" and (seed, "at_grpo") in found)
+
+
+def team_gap(found: Found, seeds: list[int], key: str) -> PairedSummary:
+    """`at_grpo` minus `single_grpo` after RL on endpoint `key`, paired over `seeds`."""
+    return paired_summary([found[(s, "at_grpo")][key][1] - found[(s, "single_grpo")][key][1] for s in seeds])
+
+
 def single_headline(found: Found) -> str:
     """The results table's line: the team minus the single agent after RL, and the single agent's own change."""
-    seeds = [seed for seed, arm in found if arm == "single_grpo" and (seed, "at_grpo") in found]
+    seeds = seeds_with_team(found)
     if not seeds:
         return "Not run yet."
-    gap = paired_summary([found[(s, "at_grpo")]["greedy"][1] - found[(s, "single_grpo")]["greedy"][1] for s in seeds])
+    gap = team_gap(found, seeds, "greedy")
     own = learning_figures.gains({key: r for key, r in found.items() if key[0] in seeds}, "single_grpo")["greedy"]
     status = "" if complete(seeds) else " (interim)"
     return (

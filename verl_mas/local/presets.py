@@ -199,9 +199,9 @@ def resolve_train_config(
     # built), else the one a preset names. A preset that names its env is never silently run on another.
     named = {name: preset(name).overrides["env"] for name in names if "env" in preset(name).overrides}
     given = overrides.get("env", base.env if base is not None else None)
+    if len(set(named.values())) > 1:
+        raise ValueError(f"presets {', '.join(named)} name different envs: {', '.join(named.values())}")
     for name, env in named.items():
-        if len(set(named.values())) > 1:
-            raise ValueError(f"presets {', '.join(named)} name different envs: {', '.join(named.values())}")
         if given is not None and given != env:
             raise ValueError(f"preset={name} is for env {env} alone ({preset(name).description}), not env={given}")
     env = given or next(iter(named.values()), config.env)
