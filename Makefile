@@ -1,4 +1,5 @@
-# Two entry points: `make run` (the main job on its embedded default) and `make test`.
+# Two entry points: `make run` (the main job on its embedded default: a team of the real SmolLM2-135M learning
+# arithmetic with AT-GRPO, the `smollm2_math` preset) and `make test`.
 # Both create .venv on first use with the CPU torch pinned, so a fresh machine needs nothing else.
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -14,7 +15,7 @@ $(STAMP): Makefile pyproject.toml requirements-test.txt requirements-cpu.txt boo
 
 .PHONY: run test test-real-model
 run: $(STAMP)
-	$(VENV)/bin/verl-mas train
+	$(VENV)/bin/verl-mas train preset=smollm2_math
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --durations=25  # two workers; the 25 slowest tests listed; tests/testkit/xdist_schedule.py says how they share the suite

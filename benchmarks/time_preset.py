@@ -53,6 +53,7 @@ def main() -> None:
         conversion_s = timed([VERL_MAS, "model", MODEL], env, log)
         train_s = timed(train, env, log)
         rows = read_metrics(run)
+        eval_tasks = json.loads((run / "config.json").read_text())["eval_tasks"]
     steps = [row["time/step_s"] for row in rows if "time/step_s" in row]
     evals = [row["time/eval_s"] for row in rows if "time/eval_s" in row]
     readings = [row for row in rows if "eval/success" in row]
@@ -69,6 +70,7 @@ def main() -> None:
         "step_s_median": round(statistics.median(steps), 1) if steps else None,
         "evaluations": len(evals),
         "evaluation_s": round(sum(evals), 1),
+        "eval_tasks": eval_tasks,
         "greedy": [readings[0]["eval/success"], readings[-1]["eval/success"]],
         "sampled": [readings[0].get("eval_sampled/success"), readings[-1].get("eval_sampled/success")],
     }

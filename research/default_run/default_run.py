@@ -1,11 +1,11 @@
-"""The default run (`make run`): `record` runs and times it into research/default_run/data/default_run.json; `check`
-compares a run.
+"""The tiny default run (`verl-mas train` with no overrides; `make run` until 2026-12-07): `record` runs and times it
+into research/default_run/data/default_run.json; `check` compares a run.
 
-    python -m research.default_run record            # as long as `make run`
-    python -m research.default_run check runs/default [--log make_run.log]
+    python -m research.default_run record            # about 11 minutes
+    python -m research.default_run check runs/default [--log train.log]
     python -m research.default_run show              # the figures as the docs quote them
 
-`record` runs `.venv/bin/verl-mas train` with no overrides, exactly as `make run` does, from a fresh temporary folder
+`record` runs `.venv/bin/verl-mas train` with no overrides from a fresh temporary folder
 (so its outputs land in that folder's runs/default/ and a user's own runs/default/ is left alone), and writes the
 figures the README and the study's page quote: date, command, machine (cores, torch and its threads, the load on the
 machine before, during and after), wall time, held-out success before and after RL with counts and standard errors,
@@ -13,7 +13,7 @@ the evaluation curve, the training rollouts' first and last 50 steps, and the me
 run's learning curve to research/default_run/data/default_learning_curve.png.
 
 `check RUN_DIR` recomputes the same figures from a run's config.json and metrics.jsonl (and, with --log, finds the
-summary lines `make run` printed) and compares them with the JSON: the run is bit-reproducible for the same seed,
+summary lines `verl-mas train` printed) and compares them with the JSON: the run is bit-reproducible for the same seed,
 thread count and CPU (torch's kernels round differently on other SIMD extensions, so another CPU model may read other
 figures), so every success figure must match exactly; times are shown side by side, not compared. A setting added
 since the record, at its default in the run, is named but is no difference in the config.
@@ -221,7 +221,7 @@ def machine_facts() -> dict:
 
 
 def record(args: argparse.Namespace) -> None:
-    """Run the default as `make run` does, time it, write the JSON and copy the curve."""
+    """Run the default, time it, write the JSON and copy the curve."""
     verl_mas = REPO / COMMAND[0]
     if not verl_mas.exists():
         sys.exit(f"{verl_mas} is missing: run `make run` (or `make test`) once to create the venv")
@@ -231,26 +231,26 @@ def record(args: argparse.Namespace) -> None:
     busy_before, ours_before = cpu_busy_s(), children_cpu_s()
     started_at = datetime.now(timezone.utc)
     started = time.perf_counter()
-    with (work / "make_run.log").open("w") as log:
+    with (work / "train.log").open("w") as log:
         done = subprocess.run([str(verl_mas), *COMMAND[1:]], cwd=work, stdout=log, stderr=subprocess.STDOUT)
     wall = time.perf_counter() - started
     busy, ours = cpu_busy_s() - busy_before, children_cpu_s() - ours_before
     load_after = os.getloadavg()
-    output = (work / "make_run.log").read_text()
+    output = (work / "train.log").read_text()
     if done.returncode:
-        sys.exit(f"{' '.join(COMMAND)} failed ({done.returncode}); its output is in {work / 'make_run.log'}")
+        sys.exit(f"{' '.join(COMMAND)} failed ({done.returncode}); its output is in {work / 'train.log'}")
     config, rows = read_run(work / RUN_DIR)
     figures = run_figures(config, rows)
     missing = [line for line in summary_lines(figures) if line not in output]
     if missing:
-        sys.exit(f"the printed summary does not match metrics.jsonl: {missing} not in {work / 'make_run.log'}")
+        sys.exit(f"the printed summary does not match metrics.jsonl: {missing} not in {work / 'train.log'}")
     others = max(busy - ours, 0.0) / (wall * machine["cpus"])
     times = step_times(rows)
     times["setup_s"] = wall - times["steps_total_s"] - sum(times["eval_s"])
     result = {
         "date": started_at.date().isoformat(),
         "started_utc": started_at.isoformat(timespec="seconds"),
-        "command": "make run (= " + " ".join(COMMAND) + ", no overrides; run by python -m research.default_run record)",
+        "command": " ".join(COMMAND) + ", no overrides (run by python -m research.default_run record)",
         "machine": machine
         | {
             "load_average_before": list(load_before),
@@ -307,7 +307,7 @@ def check(args: argparse.Namespace) -> None:
 
 
 def default_config() -> dict:
-    """The config `make run` runs with today (the embedded default), as a run's config.json holds it."""
+    """The config `verl-mas train` runs with today (the embedded default), as a run's config.json holds it."""
     from verl_mas.local.config import LocalTrainConfig, config_json  # imports torch: `show` does without it
 
     return json.loads(config_json(LocalTrainConfig()))
@@ -379,13 +379,13 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m research.default_run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="run the default as `make run` does and write " + str(RESULTS.name))
+    rec = sub.add_parser("record", help="run `verl-mas train` with no overrides and write " + str(RESULTS.name))
     rec.add_argument(
         "--idle-share", type=float, default=0.1, help="call the machine idle below this share of others' CPU use"
     )
     chk = sub.add_parser("check", help="compare a run folder (and its printed output) with " + str(RESULTS.name))
     chk.add_argument("run_dir", type=Path)
-    chk.add_argument("--log", type=Path, help="the output `make run` printed, to find its summary lines in")
+    chk.add_argument("--log", type=Path, help="the output `verl-mas train` printed, to find its summary lines in")
     sub.add_parser("show", help="print the figures of " + str(RESULTS.name) + " as the docs quote them")
     args = parser.parse_args(argv)
     {"record": record, "check": check, "show": show}[args.command](args)

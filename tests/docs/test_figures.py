@@ -1,7 +1,8 @@
-"""docs/results.md quotes the test suite and the default run as docs/test_suite.json and
+"""docs/results.md quotes the test suite and the tiny default run as docs/test_suite.json and
 research/default_run/data/default_run.json record them (a doc or a record changed alone fails here); the README's
-round times stay near those records; and the default run's recorder (research.default_run.default_run) tells a run
-that matches its record from one that does not."""
+round times stay near the records of `make test` and `make run` (whose record timed the Makefile's own command); and
+the default run's recorder (research.default_run.default_run) tells a run that matches its record from one that does
+not."""
 
 from __future__ import annotations
 
@@ -11,12 +12,16 @@ import re
 from pathlib import Path
 
 import pytest
+from make_run import make_run_arguments
 
 from research.default_run import default_run as default_run_module
+from research.smollm2_speed import figures as speed
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = REPO / "docs" / "test_suite.json"
 DEFAULT_RUN = REPO / "research" / "default_run"
+# make run's record (benchmarks/time_preset.py --preset smollm2_math), the file docs/results.md's make_run line reads
+MAKE_RUN_RECORD = str((speed.DATA / speed.PRESET_FILES[speed.MAKE_RUN_BLOCK]).relative_to(REPO))
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +32,11 @@ def default_run():
 @pytest.fixture(scope="module")
 def suite() -> dict:
     return json.loads(SUITE.read_text())
+
+
+@pytest.fixture(scope="module")
+def make_run_record() -> dict:
+    return json.loads((REPO / MAKE_RUN_RECORD).read_text())
 
 
 @pytest.fixture(scope="module")
@@ -71,9 +81,17 @@ def test_a_round_time_agrees_with_a_record_within_the_tolerance(line, recorded_s
     assert (abs(round_minutes(line) * 60 - recorded_s) <= ROUND_TIME_TOLERANCE * recorded_s) == agrees
 
 
-def test_readme_round_times_agree_with_the_records(suite, default_record):
+def test_make_runs_record_timed_make_runs_command(make_run_record):
+    assert make_run_record["train_command"].split() == ["verl-mas", *make_run_arguments()], (
+        f"{MAKE_RUN_RECORD} timed `{make_run_record['train_command']}`, but make run is {make_run_arguments()}: "
+        "time it again with benchmarks/time_preset.py"
+    )
+
+
+def test_readme_round_times_agree_with_the_records(suite, make_run_record):
+    make_run_s = make_run_record["conversion_s"] + make_run_record["train_s"]  # from an empty model cache
     for command, recorded_s, record in (
-        ("make run", default_record["wall_s"], "research/default_run/data/default_run.json"),
+        ("make run", make_run_s, MAKE_RUN_RECORD),
         ("make test", suite["wall_s"], "docs/test_suite.json"),
     ):
         said = round_minutes(minutes_line(command))
@@ -83,9 +101,9 @@ def test_readme_round_times_agree_with_the_records(suite, default_record):
         )
 
 
-def test_readme_says_its_times_assume_an_idle_two_core_machine(suite, default_record):
+def test_readme_says_its_times_assume_an_idle_two_core_machine(suite, make_run_record):
     assert "The times assume an otherwise idle 2-core machine" in prose("README.md")
-    assert default_record["machine"]["cpus"] == 2
+    assert make_run_record["cpus"] == 2
     assert "2-core" in suite["machine"]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from doc_commands import doc_session, shown_files
+from make_run import make_run_arguments
 
 from verl_mas.verl_engine.config import MasConfigError
 
@@ -27,9 +28,8 @@ def code_lines(text: str) -> list[str]:
 def test_the_readme_holds_exactly_two_setup_commands_and_ci_runs_the_test_one():
     make_lines = [line.split("#")[0].strip() for line in code_lines(README.read_text()) if line.startswith("make ")]
     assert make_lines == ["make run", "make test"]
-    makefile = (REPO / "Makefile").read_text()
-    assert re.search(r"^run: \$\(STAMP\)\n\t\$\(VENV\)/bin/verl-mas train\n", makefile, re.MULTILINE), (
-        "make run is `verl-mas train` with no overrides: the embedded default"
+    assert make_run_arguments() == ["train", "preset=smollm2_math"], (
+        "make run is `verl-mas train preset=smollm2_math`: the main job on the real model, embedded as a preset"
     )
     ci = [
         line

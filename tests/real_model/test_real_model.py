@@ -1,5 +1,6 @@
-"""The real pretrained model through both engines: a format tune by the model's name, then one AT-GRPO step of the
-local engine and one launch of verl's real stack on CPU, both from the tuned weights.
+"""The real pretrained model through both engines: `make run`'s command cut to one step; a format tune by the model's
+name, then one AT-GRPO step of the local engine and one launch of verl's real stack on CPU, both from the tuned
+weights.
 
 Marked `real_model`: left out of `make test` (minutes of CPU each) and run by `make test-real-model`, which CI runs
 after `make test`. Zero-shot every reply is invalid, every group's rewards are equal and no gradient flows, so both
@@ -8,8 +9,14 @@ engines start from a short tune that makes some moves readable.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+from make_run import make_run_arguments
 from safetensors.torch import load_file
 
 from verl_mas.cpu_run import run_on_cpu
@@ -57,6 +64,23 @@ def test_the_local_engine_trains_a_team_of_the_real_model(tuned, tmp_path):
     trained = torch.load(tmp_path / "checkpoints" / "step_00000001" / "model_shared.pt", weights_only=True)
     assert max(float((trained[name] - start[name]).abs().max()) for name in start if name in trained) > 0
     assert start.keys() <= trained.keys()
+
+
+def test_make_runs_command_trains_the_real_model_from_its_name(tmp_path):
+    """`make run`'s own command (read from the Makefile), cut to one step of a smaller evaluation, through the CLI:
+    the untuned model, converted from its name in this process's cache, gets a gradient at its first step."""
+    command = [str(Path(sys.executable).parent / "verl-mas"), *make_run_arguments()]
+    done = subprocess.run(
+        [*command, "steps=1", "eval_tasks=8", "progress=false", f"output_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "held-out success (greedy):" in done.stdout and "after 1 steps" in done.stdout, done.stdout[-2000:]
+    (row,) = [row for row in read_metrics(tmp_path) if "update/shared/tokens" in row]
+    assert row["update/shared/tokens"] > 0 and row["update/shared/grad_norm"] > 0, row
+    assert json.loads((tmp_path / "config.json").read_text())["model"]["path"] == "smollm2-135m-instruct"
 
 
 def test_verls_real_stack_trains_the_real_model(tuned, tmp_path):

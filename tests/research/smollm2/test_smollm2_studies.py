@@ -170,6 +170,15 @@ def test_the_preset_timing_splits_the_training_command_into_its_parts(tmp_path, 
     assert "| both commands | 25.5 |" in table  # (30 + 1500) s
     assert "greedy success 0.200 -> 0.250, sampled 0.200 -> 0.100" in table
 
+    # make run's line reads the math preset's file: (0.2, 0.6) on 100 problems, se = sqrt(.16/100 + .24/100) = 0.0632
+    (tmp_path / blocks[figures.MAKE_RUN_BLOCK]).write_text(
+        json.dumps(found | {"greedy": [0.2, 0.6], "eval_tasks": 100})
+    )
+    assert figures.make_run_line() == (
+        "**greedy 0.200 -> 0.600, sampled 0.200 -> 0.100** in 25 min 30 s, the conversion included (2026-12-07); "
+        "greedy change +0.400 (SE 0.063) [+0.276, +0.524], n = 100 problems, seed 0"
+    )
+
 
 def learning_record(seed: int, arm: str, greedy: tuple, sampled: tuple, low: tuple, curve: list[float]) -> dict:
     return {"seed": seed, "arm": arm, "eval_tasks": 64, "greedy": list(greedy), "sampled": list(sampled),
