@@ -101,6 +101,19 @@ def test_readme_round_times_agree_with_the_records(suite, make_run_record):
         )
 
 
+def test_readme_round_time_of_the_real_model_group_agrees_with_its_record(suite):
+    found = re.findall(
+        r"`make test-real-model`: the real pretrained model through both engines \(about (\d+) minutes",
+        prose("README.md"),
+    )
+    assert len(found) == 1, "the README should say once how long `make test-real-model` takes, as `about N minutes`"
+    recorded_s = suite["real_model_group"]["wall_s"]
+    assert abs(int(found[0]) * 60 - recorded_s) <= ROUND_TIME_TOLERANCE * recorded_s, (
+        f"README.md says the real-model group takes about {found[0]} minutes; docs/test_suite.json measured "
+        f"{recorded_s / 60:.1f}"
+    )
+
+
 def test_readme_says_its_times_assume_an_idle_two_core_machine(suite, make_run_record):
     assert "The times assume an otherwise idle 2-core machine" in prose("README.md")
     assert make_run_record["cpus"] == 2
