@@ -1,1 +1,1 @@
-"""The embedded default run (make run): recorded, checked and shown against its committed record."""
+"""The tiny default run (`verl-mas train`, no overrides): recorded, checked and shown against its committed record."""

@@ -1,4 +1,4 @@
-"""The tiny default run (`verl-mas train` with no overrides; `make run` until 2026-12-07): `record` runs and times it
+"""The tiny default run (`verl-mas train` with no overrides; `make run` until 2026-12-08): `record` runs and times it
 into research/default_run/data/default_run.json; `check` compares a run.
 
     python -m research.default_run record            # about 11 minutes

@@ -14,7 +14,7 @@ from verl_mas.overrides import apply_overrides
 
 @dataclass(frozen=True)
 class Preset:
-    """A named set of overrides on top of the embedded default."""
+    """A named set of overrides on top of the base config (`verl-mas train` with no overrides)."""
 
     description: str
     overrides: Mapping[str, Any]
@@ -92,7 +92,7 @@ SMOLLM2_MATH_OVERRIDES = {
 }
 
 PRESETS: dict[str, Preset] = {
-    "default": Preset("the embedded default: tiny model, Plan-Path, AT-GRPO, one model shared by all roles (L1)", {}),
+    "default": Preset("the base config, no overrides: tiny model, Plan-Path, AT-GRPO, one model shared by all roles (L1)", {}),
     "smoke": Preset(
         "a run of seconds to check a setup: hidden 32, 2 steps of 2 tasks (Plan-Path: 4x4 boards)",
         SMOKE_OVERRIDES,
