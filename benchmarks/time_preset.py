@@ -50,10 +50,12 @@ def main() -> None:
         env = os.environ | {CACHE_ENV: str(Path(scratch) / "cache")}
         log, run = Path(scratch) / "output.log", Path(scratch) / "run"
         train = [VERL_MAS, "train", f"preset={args.preset}", *args.overrides, f"output_dir={run}"]
+        load_before = os.getloadavg()
         conversion_s = timed([VERL_MAS, "model", MODEL], env, log)
         train_s = timed(train, env, log)
+        load_after = os.getloadavg()
         rows = read_metrics(run)
-        eval_tasks = json.loads((run / "config.json").read_text())["eval_tasks"]
+        config = json.loads((run / "config.json").read_text())
     steps = [row["time/step_s"] for row in rows if "time/step_s" in row]
     evals = [row["time/eval_s"] for row in rows if "time/eval_s" in row]
     readings = [row for row in rows if "eval/success" in row]
@@ -63,6 +65,10 @@ def main() -> None:
         "command": f"python benchmarks/time_preset.py --preset {args.preset}{overrides}",
         "train_command": f"verl-mas train preset={args.preset}{overrides}",
         "cpus": os.cpu_count(),
+        # 1, 5 and 15-minute load averages: before says whether the machine was idle; after, with the run's own 2
+        # cores busy, a 1-minute figure well above 2 means another process shared them
+        "load_average_before": [round(load, 2) for load in load_before],
+        "load_average_after": [round(load, 2) for load in load_after],
         "conversion_s": round(conversion_s, 1),
         "train_s": round(train_s, 1),
         "rl_steps": len(steps),
@@ -70,11 +76,13 @@ def main() -> None:
         "step_s_median": round(statistics.median(steps), 1) if steps else None,
         "evaluations": len(evals),
         "evaluation_s": round(sum(evals), 1),
-        "eval_tasks": eval_tasks,
+        "seed": config["seed"],
+        "eval_tasks": config["eval_tasks"],
         "greedy": [readings[0]["eval/success"], readings[-1]["eval/success"]],
         "sampled": [readings[0].get("eval_sampled/success"), readings[-1].get("eval_sampled/success")],
     }
     found["load_and_tune_s"] = round(train_s - found["rl_s"] - found["evaluation_s"], 1)
+    found["config"] = config  # the run's config.json: a test holds a record to the preset as it is today
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(found, indent=2) + "\n")
     print(json.dumps(found, indent=2))

@@ -6,6 +6,7 @@ team minus the single agent, and verl's runs against their bars."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from research.smollm2_learning import figures as learning_figures
@@ -119,17 +120,27 @@ def twin_gaps(found: Found) -> list[float]:
             for s, arm in found if arm == "at_grpo" and (s, "at_grpo_again") in found]  # fmt: skip
 
 
-def verl_text(found: Found) -> str:
-    """Per router, verl's greedy change paired per problem, and its reading after RL minus its local twin's against
-    the twins' floor."""
+@dataclass(frozen=True)
+class VerlReading:
+    """One verl arm at seed 0 against its local twin and the twins' floor."""
+
+    arm: str
+    greedy: tuple[float, float]
+    change: PairedSummary
+    twin_after: float | None
+    gap: float | None
+    bar: str
+
+
+def verl_readings(found: Found) -> tuple[dict[str, VerlReading | None], float | None, int]:
+    """Per verl arm its reading (None: not run yet), the floor (the largest twin gap) and how many seeds gave it."""
     gaps = twin_gaps(found)
     floor = max(gaps) if gaps else None
-    lines = [["arm", "greedy: before -> after", "change, paired per problem (SE) [95%]", "local twin after",
-              "verl minus twin", "bar"]]  # fmt: skip
+    readings: dict[str, VerlReading | None] = {}
     for arm, twin in TWIN_OF_VERL_ARM.items():
         verl = found.get((0, arm))
         if verl is None:
-            lines.append([f"`{arm}`", "not run yet", "", "", "", ""])
+            readings[arm] = None
             continue
         before, after = verl["greedy_per_problem"]
         change = paired_summary([a - b for a, b in zip(after, before, strict=True)])
@@ -138,20 +149,49 @@ def verl_text(found: Found) -> str:
         gains = change.ci95 is not None and change.ci95[0] > 0
         agrees = None if gap is None or floor is None else abs(gap) <= floor
         bar = "met" if gains and agrees else ("open" if agrees is None and gains else "not met")
+        twin_after = None if local is None else local["greedy"][1]
+        readings[arm] = VerlReading(arm, tuple(verl["greedy"]), change, twin_after, gap, bar)
+    return readings, floor, len(gaps)
+
+
+def verl_text(found: Found) -> str:
+    """Per router, verl's greedy change paired per problem, and its reading after RL minus its local twin's against
+    the twins' floor."""
+    readings, floor, seeds = verl_readings(found)
+    lines = [["arm", "greedy: before -> after", "change, paired per problem (SE) [95%]", "local twin after",
+              "verl minus twin", "bar"]]  # fmt: skip
+    for arm, arm_reading in readings.items():
+        if arm_reading is None:
+            lines.append([f"`{arm}`", "not run yet", "", "", "", ""])
+            continue
         lines.append([
             f"`{arm}`",
-            f"{number(verl['greedy'][0])} -> {number(verl['greedy'][1])}",
-            change.text(),
-            "-" if local is None else number(local["greedy"][1]),
-            "-" if gap is None else number(gap, signed=True),
-            bar,
+            f"{number(arm_reading.greedy[0])} -> {number(arm_reading.greedy[1])}",
+            arm_reading.change.text(),
+            number(arm_reading.twin_after),
+            number(arm_reading.gap, signed=True),
+            arm_reading.bar,
         ])  # fmt: skip
     return (
         markdown_table(lines)
         + "\n\nSeed 0. The bar: the change's interval above 0, and |verl minus twin| within the floor, the largest"
-        + f" gap between an `at_grpo` run and its `at_grpo_again` twin ({number(floor)}, over {len(gaps)} seeds);"
+        + f" gap between an `at_grpo` run and its `at_grpo_again` twin ({number(floor)}, over {seeds} seeds);"
         + " each bar uncorrected."
     )
+
+
+def verl_headline(found: Found) -> str:
+    """The results table's line: each verl arm's greedy change and its gap to its local twin, or that it has not run."""
+    readings, floor, _ = verl_readings(found)
+    parts = [
+        f"`{arm}`: not run yet"
+        if arm_reading is None
+        else f"`{arm}` greedy {number(arm_reading.greedy[0])} -> {number(arm_reading.greedy[1])}, change "
+        f"{arm_reading.change.text()}, minus its local twin {number(arm_reading.gap, signed=True)} "
+        f"(floor {number(floor)}), bar {arm_reading.bar}"
+        for arm, arm_reading in readings.items()
+    ]
+    return "; ".join(parts) + "; seed 0, n = 64 problems"
 
 
 def tables() -> dict[str, str]:
@@ -170,6 +210,7 @@ def tables() -> dict[str, str]:
         ),
         "single": single_text(found),
         "verl": verl_text(found),
+        "verl_headline": verl_headline(found),
         "headline": learning_figures.headline(first),
         "single_headline": single_headline(found),
     }

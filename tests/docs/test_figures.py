@@ -72,7 +72,7 @@ def round_minutes(line: str) -> int:
         ("make test    # about 10 minutes", 561, True),  # 9 min 21 s
         ("make test    # about 9 minutes", 561, True),
         ("make test    # about 11 minutes", 561, False),  # 18% over
-        ("make run     # about 11 minutes", 664, True),  # 11 min 4 s
+        ("make run     # about 11 minutes", 649, True),  # 10 min 49 s
         ("make run     # about 15 minutes", 913, True),
         ("make run     # about 10 minutes", 913, False),
     ],
@@ -88,6 +88,23 @@ def test_make_runs_record_timed_make_runs_command(make_run_record):
     )
 
 
+def make_run_config_today() -> dict:
+    """The config `make run` trains with today, as its run's config.json holds it."""
+    from verl_mas.local.config import config_json
+    from verl_mas.local.presets import resolve_train_config
+    from verl_mas.overrides import parse_overrides
+
+    return json.loads(config_json(resolve_train_config(parse_overrides(make_run_arguments()[1:]))))
+
+
+def test_make_runs_record_ran_the_config_make_run_has_today(default_run, make_run_record):
+    today = make_run_config_today()
+    changed, _ = default_run.config_changes(make_run_record["config"], today, today)
+    assert changed == [], f"{MAKE_RUN_RECORD} ran another config than make run's today ({changed}): time it again"
+    moved = today | {"update": today["update"] | {"lr": today["update"]["lr"] * 2}}
+    assert default_run.config_changes(make_run_record["config"], moved, today)[0] == ["update.lr"]
+
+
 def test_readme_round_times_agree_with_the_records(suite, make_run_record):
     make_run_s = make_run_record["conversion_s"] + make_run_record["train_s"]  # from an empty model cache
     for command, recorded_s, record in (
@@ -99,6 +116,14 @@ def test_readme_round_times_agree_with_the_records(suite, make_run_record):
             f"README.md says `{command}` takes about {said} minutes, but {record} measured "
             f"{recorded_s / 60:.1f}: say about {round(recorded_s / 60)} minutes"
         )
+
+
+def test_the_real_model_groups_record_counts_its_tests(suite):
+    tests = sum(
+        len(re.findall(r"^def test_", path.read_text(), re.MULTILINE))
+        for path in (REPO / "tests" / "real_model").glob("test_*.py")
+    )
+    assert suite["real_model_group"]["tests_passed"] == tests, "docs/test_suite.json's real_model_group: measure again"
 
 
 def test_readme_round_time_of_the_real_model_group_agrees_with_its_record(suite):
@@ -204,8 +229,8 @@ def test_check_passes_the_recorded_run_and_names_a_changed_figure(default_run, t
     assert f"the record was made on a CPU it did not name, this machine is {default_run.cpu_model()}" in out
 
 
-def test_an_identical_make_run_matches_the_record_whatever_settings_were_added_since(default_run, default_record):
-    today = default_run.default_config() | {"output_dir": "runs/default"}  # what `make run` writes today
+def test_an_identical_default_run_matches_the_record_whatever_settings_were_added_since(default_run, default_record):
+    today = default_run.default_config() | {"output_dir": "runs/default"}  # what `verl-mas train` writes today
     changed, _ = default_run.config_changes(default_record["config"], today, default_run.default_config())
     assert changed == []
 

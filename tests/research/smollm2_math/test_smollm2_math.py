@@ -113,6 +113,11 @@ def test_a_verl_run_meets_its_bar_only_gaining_and_within_the_twins_floor(tmp_pa
     (shared, per_role) = figures.tables()["verl"].splitlines()[2:4]
     assert shared.startswith("| `verl_shared` |") and shared.endswith("| 0.900 | -0.025 | met |")
     assert "not run yet" in per_role
+    headline = figures.tables()["verl_headline"]  # 52 of 64 problems go 0 -> 1, none back: +0.8125
+    assert "change +0.812 (" in headline
+    assert headline.endswith(
+        "minus its local twin -0.025 (floor 0.100), bar met; `verl_per_role`: not run yet; seed 0, n = 64 problems"
+    )
     write_runs(tmp_path, [*floor_runs, run_record(0, "verl_shared", 0.7, **verl)])  # 0.2 below its twin
     assert figures.tables()["verl"].splitlines()[2].endswith("| -0.200 | not met |")
     flat = {"greedy_per_problem": [before, before]}
