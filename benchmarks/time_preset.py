@@ -76,8 +76,6 @@ def main() -> None:
         "step_s_median": round(statistics.median(steps), 1) if steps else None,
         "evaluations": len(evals),
         "evaluation_s": round(sum(evals), 1),
-        "seed": config["seed"],
-        "eval_tasks": config["eval_tasks"],
         "greedy": [readings[0]["eval/success"], readings[-1]["eval/success"]],
         "sampled": [readings[0].get("eval_sampled/success"), readings[-1].get("eval_sampled/success")],
     }

@@ -124,7 +124,6 @@ def twin_gaps(found: Found) -> list[float]:
 class VerlReading:
     """One verl arm at seed 0 against its local twin and the twins' floor."""
 
-    arm: str
     greedy: tuple[float, float]
     change: PairedSummary
     twin_after: float | None
@@ -150,7 +149,7 @@ def verl_readings(found: Found) -> tuple[dict[str, VerlReading | None], float | 
         agrees = None if gap is None or floor is None else abs(gap) <= floor
         bar = "met" if gains and agrees else ("open" if agrees is None and gains else "not met")
         twin_after = None if local is None else local["greedy"][1]
-        readings[arm] = VerlReading(arm, tuple(verl["greedy"]), change, twin_after, gap, bar)
+        readings[arm] = VerlReading(tuple(verl["greedy"]), change, twin_after, gap, bar)
     return readings, floor, len(gaps)
 
 
@@ -191,7 +190,8 @@ def verl_headline(found: Found) -> str:
         f"(floor {number(floor)}), bar {arm_reading.bar}"
         for arm, arm_reading in readings.items()
     ]
-    return "; ".join(parts) + "; seed 0, n = 64 problems"
+    problems = {arm_reading.change.n for arm_reading in readings.values() if arm_reading is not None}
+    return "; ".join(parts) + "; seed 0" + "".join(f", n = {n} problems" for n in sorted(problems))
 
 
 def tables() -> dict[str, str]:

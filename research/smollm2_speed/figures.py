@@ -4,12 +4,12 @@ benchmarks/bench_real_model.py writes it: every figure recomputed from the raw r
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 
-from research.default_run.default_run import minutes
-from verl_mas.stats import interval_text, markdown_table, number
+from research.default_run.default_run import minutes, reading
+from research.default_run.figures import change_text
+from verl_mas.stats import markdown_table
 
 DATA = Path(__file__).resolve().parent / "data"
 RESULT_FILE = "real_model.json"
@@ -96,18 +96,17 @@ def preset_table(file_name: str) -> str:
 
 def make_run_line() -> str:
     """`make run` (the smollm2_math preset, timed from an empty cache) as docs/results.md quotes it: before -> after,
-    the wall time with the conversion, and the greedy change with a 95% interval that treats the two readings of the
-    same problems as independent (so it overstates the noise)."""
+    the wall time with the conversion, and the greedy change as the tiny default's record words it (an interval
+    that treats the two readings of the same problems as independent, so it overstates the noise)."""
     found = json.loads((DATA / PRESET_FILES[MAKE_RUN_BLOCK]).read_text())
     (greedy_before, greedy_after), (sampled_before, sampled_after) = found["greedy"], found["sampled"]
-    problems = found["eval_tasks"]
-    change = greedy_after - greedy_before
-    se = math.sqrt(sum(p * (1 - p) / problems for p in (greedy_before, greedy_after)))
+    config = found["config"]
+    problems = config["eval_tasks"]
+    greedy = {"greedy": {"before": reading(greedy_before, problems), "after": reading(greedy_after, problems)}}
     return (
         f"**greedy {greedy_before:.3f} -> {greedy_after:.3f}, sampled {sampled_before:.3f} -> {sampled_after:.3f}** "
         f"in {minutes(found['conversion_s'] + found['train_s'])}, the conversion included ({found['date']}); greedy "
-        f"change {number(change, signed=True)} (SE {number(se)}) "
-        f"{interval_text([change - 1.96 * se, change + 1.96 * se])}, n = {problems} problems, seed {found['seed']} "
+        f"change {change_text(greedy, 'greedy')} problems, seed {config['seed']} "
         "(one run; the two readings treated as independent, which overstates the noise)"
     )
 

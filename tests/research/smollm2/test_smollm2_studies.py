@@ -172,7 +172,7 @@ def test_the_preset_timing_splits_the_training_command_into_its_parts(tmp_path, 
 
     # make run's line reads the math preset's file: (0.2, 0.6) on 100 problems, se = sqrt(.16/100 + .24/100) = 0.0632
     (tmp_path / blocks[figures.MAKE_RUN_BLOCK]).write_text(
-        json.dumps(found | {"greedy": [0.2, 0.6], "eval_tasks": 100, "seed": 3})
+        json.dumps(found | {"greedy": [0.2, 0.6], "config": {"eval_tasks": 100, "seed": 3}})
     )
     assert figures.make_run_line() == (
         "**greedy 0.200 -> 0.600, sampled 0.200 -> 0.100** in 25 min 30 s, the conversion included (2026-12-07); "
